@@ -1,0 +1,83 @@
+"""Test, lint, demo and benchmark sessions. ``nox`` alone runs every test session
+and lint. Each stage's session installs that stage alone, so the layering is real."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+
+TORCH = "torch==2.13.0"  # the CPU build on this team's machines; newer pulls CUDA
+TEST_TOOLS = ("pytest", "numpy")
+STAGES = ("capture", "aotgrad", "codegen", "runtime")
+ALL_PACKAGES = (*STAGES, "ember")
+
+nox.options.sessions = [*STAGES, "ember", "integration", "lint"]
+
+
+def install(session: nox.Session, *packages: str, tools=TEST_TOOLS) -> None:
+    """torch and the tools first, then ember packages rebuilt from this checkout."""
+    session.install(TORCH, *tools)
+    paths = [f"./packages/{p}" for p in packages]
+    session.install("--no-deps", "--force-reinstall", *paths)
+
+
+def _stage_session(stage: str):
+    @nox.session(name=stage)
+    def run(session: nox.Session) -> None:
+        install(session, stage)
+        others = [f"ember_{s}" for s in STAGES if s != stage] + ["ember"]
+        session.run(
+            "python",
+            "-c",
+            "import importlib.util, sys; "
+            f"found = [m for m in {others!r} if importlib.util.find_spec(m)]; "
+            "sys.exit(f'other ember packages installed: {found}' if found else 0)",
+        )
+        session.run("pytest", f"packages/{stage}/tests", *session.posargs)
+
+    return run
+
+
+for _stage in STAGES:
+    _stage_session(_stage)
+
+
+@nox.session
+def ember(session: nox.Session) -> None:
+    """The umbrella's own tests (it needs the four stages)."""
+    install(session, *ALL_PACKAGES)
+    session.run("pytest", "packages/ember/tests", *session.posargs)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    install(session, *ALL_PACKAGES)
+    session.run("pytest", "integration_tests", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, the layering contracts, and the ban on torch's own compiler stack."""
+    session.install("ruff==0.17.6", "import-linter==2.17", "pytest")
+    session.install(
+        "--no-deps", "--force-reinstall", *[f"./packages/{p}" for p in ALL_PACKAGES]
+    )
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
+    session.run("python", "tools/check_torch_internals.py", "packages")
+    session.run("pytest", "tools/tests")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    install(session, *ALL_PACKAGES, tools=())
+    session.run("python", "-m", "ember.demo")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    install(session, *ALL_PACKAGES, tools=("numpy",))
+    session.run("python", "benchmarks/run.py", *session.posargs)

@@ -1,0 +1,131 @@
+"""trace_to_aten and aot_compile on torch-level graphs built with torch.fx."""
+
+import operator
+
+import pytest
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from ember_aotgrad import AotGradError, aot_compile, needs_backward, trace_to_aten
+
+aten = torch.ops.aten
+
+
+def fx_graph(fn):
+    return torch.fx.symbolic_trace(fn)
+
+
+def aten_targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def assert_aten_graph_matches(fn, *inputs):
+    gm = fx_graph(fn)
+    aten_gm = trace_to_aten(gm, list(inputs))
+    for target in aten_targets(aten_gm):
+        assert isinstance(target, torch._ops.OpOverload) or target is operator.getitem
+    expected = fn(*inputs)
+    actual = aten_gm(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+    return aten_gm
+
+
+def test_thin_path_to_aten_overloads():
+    gm = assert_aten_graph_matches(
+        lambda x, w, b: (torch.relu(x @ w + b).sum(-1),),
+        torch.randn(4, 3),
+        torch.randn(3, 5),
+        torch.randn(5),
+    )
+    assert aten_targets(gm) == [
+        aten.mm.default,
+        aten.add.Tensor,
+        aten.relu.default,
+        aten.sum.dim_IntList,
+    ]
+
+
+def test_composite_ops_reach_aten_and_multi_output_ops_unpack():
+    def fn(x, w):
+        a, b = torch.chunk(F.linear(x, w), 2, dim=-1)
+        m, i = torch.max(a, dim=0)
+        return F.softmax(b, dim=-1), m, i
+
+    gm = assert_aten_graph_matches(fn, torch.randn(4, 6), torch.randn(8, 6))
+    assert operator.getitem in aten_targets(gm)
+
+
+def test_non_contiguous_and_broadcast_inputs():
+    x = torch.randn(5, 4).t()
+    y = torch.randn(1, 5)
+    assert_aten_graph_matches(lambda x, y: (x * y + 1, x.transpose(0, 1)), x, y)
+
+
+def test_tensor_constants_become_buffers():
+    gm = assert_aten_graph_matches(
+        lambda x: (x + torch.tensor([1.0, 2.0, 3.0]),), torch.randn(2, 3)
+    )
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+
+
+def test_user_location_reaches_aten_nodes():
+    gm = fx_graph(lambda x: (torch.sigmoid(x) * 2,))
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            node.meta["user_loc"] = f"model.py:{10 + len(node.name)}"
+    aten_gm = trace_to_aten(gm, [torch.randn(3)])
+    locs = [
+        n.meta.get("user_loc") for n in aten_gm.graph.nodes if n.op == "call_function"
+    ]
+    assert all(loc and loc.startswith("model.py:") for loc in locs)
+
+
+def test_decompositions_replace_an_op():
+    def silu_rule(x):
+        return x * torch.sigmoid(x)
+
+    gm = fx_graph(lambda x: (F.silu(x),))
+    x = torch.randn(6)
+    aten_gm = trace_to_aten(gm, [x], {aten.silu.default: silu_rule})
+    assert aten_targets(aten_gm) == [aten.sigmoid.default, aten.mul.Tensor]
+    torch.testing.assert_close(aten_gm(x)[0], F.silu(x))
+
+
+def test_aot_compile_hands_aten_graph_to_the_compiler():
+    seen = []
+
+    def compiler(aten_gm, example_inputs):
+        seen.append((aten_gm, example_inputs))
+        return aten_gm
+
+    gm = fx_graph(lambda x, y: (torch.tanh(x) - y,))
+    x, y = torch.randn(3), torch.randn(3)
+    compiled = aot_compile(gm, [x, y], compiler)
+    torch.testing.assert_close(compiled(x, y)[0], torch.tanh(x) - y)
+    ((aten_gm, inputs),) = seen
+    assert aten_targets(aten_gm) == [aten.tanh.default, aten.sub.Tensor]
+    assert inputs[0] is x
+
+
+def test_graphs_needing_backward_are_refused_until_the_joint_graph_exists():
+    gm = fx_graph(lambda x: (x * 2,))
+    x = torch.randn(3, requires_grad=True)
+    assert needs_backward([x])
+    with pytest.raises(AotGradError, match="require grad"):
+        aot_compile(gm, [x], lambda g, e: g)
+    with torch.no_grad():
+        assert not needs_backward([x])
+        out = aot_compile(gm, [x], lambda g, e: g)(x)[0]
+    torch.testing.assert_close(out, x.detach() * 2)
+
+
+def test_op_without_meta_kernel_names_the_op_and_line():
+    gm = fx_graph(lambda x: (torch.nonzero(x),))
+    for node in gm.graph.nodes:
+        node.meta["user_loc"] = "model.py:7"
+    with pytest.raises(AotGradError, match=r"aten\.nonzero.*model\.py:7"):
+        trace_to_aten(gm, [torch.randn(4)])

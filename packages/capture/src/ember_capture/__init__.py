@@ -1,0 +1,39 @@
+"""ember-capture: CPython bytecode into torch.fx graphs, with guards.
+
+``capture(fn, *args, **kwargs)`` interprets one call symbolically and returns the
+graphs, the guards under which they may be reused, and the transformed function.
+See docs/capture.md.
+"""
+
+from .capture import CapturedGraph, CaptureResult, capture, capture_frame
+from .errors import CaptureError
+from .guards import Guard, GuardChecker, GuardKind, GuardSet, TensorSpec
+from .source import (
+    AttrSource,
+    ClosureSource,
+    GlobalSource,
+    ItemSource,
+    LocalSource,
+    Source,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttrSource",
+    "CaptureError",
+    "CaptureResult",
+    "CapturedGraph",
+    "ClosureSource",
+    "GlobalSource",
+    "Guard",
+    "GuardChecker",
+    "GuardKind",
+    "GuardSet",
+    "ItemSource",
+    "LocalSource",
+    "Source",
+    "TensorSpec",
+    "capture",
+    "capture_frame",
+]

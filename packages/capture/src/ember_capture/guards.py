@@ -1,0 +1,258 @@
+"""Guards: the facts about the frame that a captured graph depends on.
+
+A guard is a kind from a small vocabulary, a source and the expected value. A
+GuardSet prints as readable text and compiles into one pure-Python check function;
+when the check fails it can name the first failing guard with old and new values.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn.modules import module as nn_module
+
+from .source import Source
+
+
+class GuardKind(enum.Enum):
+    TENSOR_MATCH = "tensor_match"  # type, dtype, device, sizes, strides, requires_grad
+    EQUALS_MATCH = "equals_match"  # a Python constant, by type and value
+    ID_MATCH = "id_match"  # functions, classes, modules: by identity
+    TYPE_MATCH = "type_match"  # objects whose attributes are read separately
+    NO_HOOKS = "no_hooks"  # an inlined nn.Module call: no module or global hooks
+    KEY_NOT_IN = "key_not_in"  # a builtin read: no module global shadows it
+    GLOBAL_STATE = "global_state"  # grad mode, default dtype, deterministic flag
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    type: type
+    dtype: torch.dtype
+    device: torch.device
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    requires_grad: bool
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorSpec:
+        return cls(
+            type(t), t.dtype, t.device, tuple(t.shape), t.stride(), t.requires_grad
+        )
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        return (
+            f"{self.type.__name__}({dtype}, {self.device}, size={list(self.shape)}, "
+            f"stride={list(self.stride)}, requires_grad={self.requires_grad})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalState:
+    grad_enabled: bool
+    default_dtype: torch.dtype
+    deterministic: bool
+
+    @classmethod
+    def current(cls) -> GlobalState:
+        return cls(
+            torch.is_grad_enabled(),
+            torch.get_default_dtype(),
+            torch.are_deterministic_algorithms_enabled(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    kind: GuardKind
+    source: Source | None
+    expected: Any
+
+    def __str__(self) -> str:
+        where = self.source.name() if self.source is not None else "torch"
+        match self.kind:
+            case GuardKind.TENSOR_MATCH:
+                return f"{where} is {self.expected}"
+            case GuardKind.EQUALS_MATCH:
+                return f"{where} == {self.expected[1]!r}"
+            case GuardKind.ID_MATCH:
+                return f"{where} is {_short_repr(self.expected)}"
+            case GuardKind.TYPE_MATCH:
+                return f"type({where}) is {self.expected.__qualname__}"
+            case GuardKind.NO_HOOKS:
+                return f"{where} has no hooks"
+            case GuardKind.KEY_NOT_IN:
+                return f"{self.expected!r} not in {where}"
+            case GuardKind.GLOBAL_STATE:
+                s = self.expected
+                return (
+                    f"torch.is_grad_enabled() == {s.grad_enabled}, default dtype "
+                    f"{s.default_dtype}, deterministic == {s.deterministic}"
+                )
+        raise AssertionError(self.kind)
+
+
+def _short_repr(obj: object) -> str:
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    return f"<{type(obj).__name__} {name}>" if name else f"<{type(obj).__name__}>"
+
+
+def _tensor_matches(value: object, spec: TensorSpec) -> bool:
+    return (
+        type(value) is spec.type
+        and value.dtype is spec.dtype
+        and value.requires_grad is spec.requires_grad
+        and value.shape == spec.shape
+        and value.stride() == spec.stride
+        and value.device == spec.device
+    )
+
+
+def _tensor_difference(value: object, spec: TensorSpec) -> str:
+    if type(value) is not spec.type:
+        return f"type changed from {spec.type.__name__} to {type(value).__name__}"
+    for field in ("dtype", "device", "shape", "requires_grad"):
+        new = getattr(value, field)
+        old = getattr(spec, field)
+        if (tuple(new) if field == "shape" else new) != old:
+            return f"{field} changed from {_fmt(old)} to {_fmt(new)}"
+    return f"stride changed from {list(spec.stride)} to {list(value.stride())}"
+
+
+def module_has_no_hooks(module: torch.nn.Module) -> bool:
+    """True when calling ``module`` runs exactly its forward (no hooks anywhere)."""
+    return not (
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+        or nn_module._global_forward_hooks
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_backward_hooks
+        or nn_module._global_backward_pre_hooks
+    )
+
+
+def _fmt(v: object) -> str:
+    return str(list(v)) if isinstance(v, tuple) else str(v)
+
+
+# How each kind is checked: (expression template, explanation of a failure).
+# The template names the value as {v} and the expected object as {e}.
+_CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
+    GuardKind.TENSOR_MATCH: ("___tensor_matches({v}, {e})", _tensor_difference),
+    GuardKind.EQUALS_MATCH: (
+        "(type({v}) is {e}[0] and {v} == {e}[1])",
+        lambda v, e: f"value changed from {e[1]!r} to {v!r}",
+    ),
+    GuardKind.ID_MATCH: (
+        "{v} is {e}",
+        lambda v, e: f"object changed from {_short_repr(e)} to {_short_repr(v)}",
+    ),
+    GuardKind.TYPE_MATCH: (
+        "type({v}) is {e}",
+        lambda v, e: f"type changed from {e.__qualname__} to {type(v).__qualname__}",
+    ),
+    GuardKind.NO_HOOKS: (
+        "___no_hooks({v})",
+        lambda v, e: "a forward or backward hook was registered",
+    ),
+    GuardKind.KEY_NOT_IN: (
+        "{e} not in {v}",
+        lambda v, e: f"a module global {e!r} now shadows the builtin",
+    ),
+    GuardKind.GLOBAL_STATE: (
+        "___global_state() == {e}",
+        lambda v, e: f"torch global state changed from {e} to {v}",
+    ),
+}
+
+
+class CellView:
+    """Reads closure cells by free-variable name, for ``C['name']`` in guards."""
+
+    __slots__ = ("_cells",)
+
+    def __init__(self, names: Sequence[str], cells: Sequence[Any] | None) -> None:
+        self._cells = dict(zip(names, cells or ()))
+
+    def __getitem__(self, name: str) -> object:
+        return self._cells[name].cell_contents
+
+
+class GuardSet:
+    """An ordered, de-duplicated set of guards."""
+
+    def __init__(self, guards: Iterable[Guard] = ()) -> None:
+        self._guards: dict[tuple[GuardKind, Source | None], Guard] = {}
+        for g in guards:
+            self.add(g)
+
+    def add(self, guard: Guard) -> None:
+        self._guards.setdefault((guard.kind, guard.source), guard)
+
+    def __iter__(self):
+        return iter(self._guards.values())
+
+    def __len__(self) -> int:
+        return len(self._guards)
+
+    def __str__(self) -> str:
+        return "\n".join(str(g) for g in self)
+
+    def compile(self, f_globals: dict, cells: CellView) -> GuardChecker:
+        """Build the check for one function object (its globals and closure)."""
+        return GuardChecker(tuple(self), f_globals, cells)
+
+
+class GuardChecker:
+    """``check(L)`` is one generated boolean expression over the frame's locals."""
+
+    def __init__(
+        self, guards: tuple[Guard, ...], f_globals: dict, cells: CellView
+    ) -> None:
+        self.guards = guards
+        self._g = f_globals
+        self._c = cells
+        scope: dict[str, Any] = {
+            "___tensor_matches": _tensor_matches,
+            "___global_state": GlobalState.current,
+            "___no_hooks": module_has_no_hooks,
+        }
+        terms = []
+        for i, guard in enumerate(guards):
+            scope[f"___e{i}"] = guard.expected
+            template, _ = _CHECKS[guard.kind]
+            value = guard.source.name() if guard.source is not None else "None"
+            terms.append(template.format(v=value, e=f"___e{i}"))
+        body = " and ".join(terms) or "True"
+        self.source = f"lambda L, G, C: {body}"
+        self._fn = eval(self.source, scope)
+
+    def check(self, f_locals: dict) -> bool:
+        try:
+            return self._fn(f_locals, self._g, self._c)
+        except Exception:  # a missing attribute or item means the guard failed
+            return False
+
+    def failure(self, f_locals: dict) -> str | None:
+        """The first failing guard, with what it expected and what it saw."""
+        for guard in self.guards:
+            single = GuardChecker((guard,), self._g, self._c)
+            if single.check(f_locals):
+                continue
+            where = guard.source.name() if guard.source is not None else "torch"
+            try:
+                value = (
+                    GlobalState.current()
+                    if guard.source is None
+                    else eval(where, {}, {"L": f_locals, "G": self._g, "C": self._c})
+                )
+            except Exception as e:
+                return f"{where}: could not be read ({type(e).__name__}: {e})"
+            return f"{where}: {_CHECKS[guard.kind][1](value, guard.expected)}"
+        return None

@@ -1,0 +1,299 @@
+"""The graph being built: placeholders for frame values, tensor op nodes, guards.
+
+``OutputGraph.wrap`` turns a real value read from the frame into an interpreter
+value and records the guard that value's use depends on; ``call_tensor_op`` adds a
+node and computes its example output on meta tensors.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+import os
+import re
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from .errors import CaptureError
+from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
+from .source import ItemSource, LenSource, Source
+from .variables import (
+    ConstValue,
+    ListValue,
+    ModuleValue,
+    ObjectValue,
+    TensorValue,
+    TupleValue,
+    UserObjectValue,
+    Value,
+)
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+# Python values that are captured as constants and guarded by type and value.
+CONSTANT_TYPES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+    torch.Size,
+    types.EllipsisType,
+)
+
+# Objects guarded by identity: calling or reading them is interpreted, not traced.
+IDENTITY_TYPES = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.ModuleType,
+    type,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    torch._ops.OpOverloadPacket,
+    torch._ops.OpOverload,
+)
+
+
+class OutputGraph:
+    """Accumulates one fx graph, its inputs and its guards during capture."""
+
+    def __init__(self) -> None:
+        self.graph = torch.fx.Graph()
+        self.guards = GuardSet(
+            [Guard(GuardKind.GLOBAL_STATE, None, GlobalState.current())]
+        )
+        self.input_sources: list[Source] = []
+        self.example_inputs: list[Any] = []
+        self._inputs_by_source: dict[Source, TensorValue] = {}
+        self.frames: list = []  # the interpreters now running, innermost last
+
+    # -- values from the frame -------------------------------------------------
+
+    def wrap(self, value: object, source: Source) -> Value:
+        """An interpreter value for ``value`` read from ``source``, with its guard."""
+        if isinstance(value, torch.Tensor):
+            return self._tensor_input(value, source)
+        if isinstance(value, CONSTANT_TYPES):
+            self.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (type(value), value)))
+            return ConstValue(value, source)
+        if isinstance(value, torch.nn.Module):
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
+            return ModuleValue(value, source)
+        if type(value) in (tuple, list):
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
+            self.guards.add(
+                Guard(GuardKind.EQUALS_MATCH, LenSource(source), (int, len(value)))
+            )
+            items = [self.wrap(v, ItemSource(source, i)) for i, v in enumerate(value)]
+            if type(value) is list:
+                return ListValue(items, source)
+            return TupleValue(tuple(items), source)
+        if isinstance(value, IDENTITY_TYPES) or callable(value):
+            self.guards.add(Guard(GuardKind.ID_MATCH, source, value))
+            return ObjectValue(value, source)
+        if hasattr(value, "__dict__"):
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
+            return UserObjectValue(value, source)
+        raise self.error(
+            f"reading {source.name()} of type {type(value).__qualname__}",
+            "pass tensors or Python constants, or keep this object outside the "
+            "compiled function",
+        )
+
+    def wrap_builtin(self, name: str, globals_source: Source | None) -> Value:
+        if globals_source is not None:
+            self.guards.add(Guard(GuardKind.KEY_NOT_IN, globals_source, name))
+        return ObjectValue(getattr(builtins, name))
+
+    def wrap_trusted(self, value: object) -> Value:
+        """A value from torch's own code, which ember assumes is not patched."""
+        if isinstance(value, CONSTANT_TYPES):
+            return ConstValue(value)
+        if isinstance(value, IDENTITY_TYPES) or callable(value):
+            return ObjectValue(value)
+        raise self.error(f"reading a {type(value).__qualname__} from torch's code")
+
+    def _tensor_input(self, value: torch.Tensor, source: Source) -> TensorValue:
+        if source in self._inputs_by_source:
+            return self._inputs_by_source[source]
+        if value.layout is not torch.strided or type(value) not in (
+            torch.Tensor,
+            torch.nn.Parameter,
+        ):
+            raise self.error(
+                f"tensor input {source.name()} of kind {type(value).__name__} "
+                f"with layout {value.layout}",
+                "pass dense torch.Tensor inputs",
+            )
+        self.guards.add(Guard(GuardKind.TENSOR_MATCH, source, TensorSpec.of(value)))
+        name = _placeholder_name(source)
+        node = self.graph.placeholder(name)
+        meta = _to_meta(value)
+        node.meta["example_value"] = meta
+        node.meta["source"] = source.name()
+        self.input_sources.append(source)
+        self.example_inputs.append(value)
+        wrapped = TensorValue(node, meta, value.device, source, type(value))
+        self._inputs_by_source[source] = wrapped
+        return wrapped
+
+    # -- tensor operations -------------------------------------------------------
+
+    def call_tensor_op(
+        self, kind: str, target: Any, args: tuple, kwargs: dict
+    ) -> Value:
+        """Add ``call_function``/``call_method`` node; return its value tree.
+
+        The example output is computed by running the same op on the meta tensors of
+        the inputs, so sizes, strides and dtypes follow torch's own rules.
+        """
+        try:
+            node_args, node_kwargs = _plain((args, kwargs), _node_of)
+            meta_args, meta_kwargs = _plain((args, kwargs), _meta_of)
+        except TypeError as e:
+            raise self.error(f"{_op_name(kind, target)}: {e}") from e
+        try:
+            if kind == "call_method":
+                self_meta, *rest = meta_args
+                result = getattr(self_meta, target)(*rest, **meta_kwargs)
+            else:
+                result = target(*meta_args, **meta_kwargs)
+        except Exception as e:
+            raise self.error(
+                f"{_op_name(kind, target)} on these inputs ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''})",
+                "this op needs real data or is not supported on meta tensors",
+            ) from e
+        device = _result_device(args, kwargs, kind, target)
+        if kind == "call_method":
+            node = self.graph.call_method(target, node_args, node_kwargs)
+        else:
+            node = self.graph.call_function(target, node_args, node_kwargs)
+        filename, lineno = self.location()
+        node.meta["user_loc"] = f"{filename}:{lineno}"
+        return self._unpack_result(node, result, device, kind, target)
+
+    def _unpack_result(self, node, result, device, kind, target) -> Value:
+        if isinstance(result, torch.Tensor):
+            node.meta["example_value"] = result
+            return TensorValue(node, _to_meta(result), device)
+        if isinstance(result, (tuple, list)) and all(
+            isinstance(r, torch.Tensor) for r in result
+        ):
+            node.meta["example_value"] = tuple(result)
+            items = []
+            for i, r in enumerate(result):
+                item = self.graph.call_function(operator.getitem, (node, i))
+                item.meta["example_value"] = r
+                items.append(TensorValue(item, _to_meta(r), device))
+            return TupleValue(tuple(items))
+        raise self.error(
+            f"{_op_name(kind, target)} returning {type(result).__name__}",
+            "only tensor results are captured into the graph",
+        )
+
+    # -- results ----------------------------------------------------------------
+
+    def has_ops(self) -> bool:
+        return any(n.op in ("call_function", "call_method") for n in self.graph.nodes)
+
+    def location(self) -> tuple[str, int]:
+        """The user's (file, line) now being interpreted: the innermost frame that
+        is not torch's own code (a torch module's forward points at its caller)."""
+        for frame in reversed(self.frames):
+            filename, lineno = frame.location()
+            if not filename.startswith(_TORCH_DIR):
+                return filename, lineno
+        return self.frames[-1].location() if self.frames else ("<unknown>", 0)
+
+    def error(self, reason: str, hint: str = "") -> CaptureError:
+        """A CaptureError at the user's line, naming torch's line if it is inside."""
+        user = self.location()
+        if self.frames and self.frames[-1].location() != user:
+            filename, lineno = self.frames[-1].location()
+            inside = os.path.relpath(
+                filename, os.path.dirname(_TORCH_DIR.rstrip(os.sep))
+            )
+            reason = f"{reason} (inside {inside}:{lineno})"
+        return CaptureError(reason, *user, hint)
+
+
+def _placeholder_name(source: Source) -> str:
+    return re.sub(r"\W+", "_", source.name()).strip("_").lower() or "input"
+
+
+def _to_meta(t: torch.Tensor) -> torch.Tensor:
+    if t.device.type == "meta":
+        return t
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    if t.requires_grad:
+        meta.requires_grad_(True)
+    return meta
+
+
+def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
+    """Values to the plain Python objects an op takes, tensors via ``tensor_leaf``."""
+    if isinstance(v, TensorValue):
+        return tensor_leaf(v)
+    if isinstance(v, (ConstValue, ObjectValue)):
+        return v.value
+    if isinstance(v, (TupleValue, ListValue, tuple, list)):
+        items = v.items if isinstance(v, (TupleValue, ListValue)) else v
+        plain = [_plain(i, tensor_leaf) for i in items]
+        return list(plain) if isinstance(v, (ListValue, list)) else tuple(plain)
+    if isinstance(v, dict):
+        return {k: _plain(i, tensor_leaf) for k, i in v.items()}
+    raise TypeError(f"passing a {type(v).__name__} to a tensor op")
+
+
+def _node_of(v: TensorValue) -> torch.fx.Node:
+    return v.node
+
+
+def _meta_of(v: TensorValue) -> torch.Tensor:
+    return v.meta
+
+
+def tensor_leaves(v: object):
+    if isinstance(v, TensorValue):
+        yield v
+    elif isinstance(v, (TupleValue, ListValue)):
+        for i in v.items:
+            yield from tensor_leaves(i)
+    elif isinstance(v, (tuple, list)):
+        for i in v:
+            yield from tensor_leaves(i)
+    elif isinstance(v, dict):
+        for i in v.values():
+            yield from tensor_leaves(i)
+
+
+def _result_device(args, kwargs, kind, target) -> torch.device:
+    if "device" in kwargs:
+        return torch.device(_plain(kwargs["device"], _node_of))
+    if kind == "call_method" and target in ("to", "cpu", "cuda"):
+        if target != "to":
+            return torch.device(target)
+        for a in list(args[1:]) + list(kwargs.values()):
+            c = a.value if isinstance(a, ConstValue) else None
+            if isinstance(c, (torch.device, str)):
+                return torch.device(c)
+    for leaf in tensor_leaves((args, kwargs)):
+        return leaf.device
+    return torch.get_default_device()
+
+
+def _op_name(kind: str, target: Any) -> str:
+    if kind == "call_method":
+        return f"Tensor.{target}"
+    return getattr(target, "__qualname__", None) or repr(target)

@@ -1,0 +1,114 @@
+"""Sources: where a value captured from the user's frame lives.
+
+A source is a small frozen tree (local, global, closure cell, attribute, item) that
+prints itself as the user would write it (``L['self'].layers[0].weight``) for guards
+and messages, and as a plain Python expression for the transformed code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The closure cell through which transformed code reads the function's globals.
+GLOBALS_CELL = "__ember_G"
+
+
+class Source:
+    """Base of the source tree. Subclasses are frozen dataclasses."""
+
+    def name(self) -> str:
+        """The guard form: ``L['x']``, ``G['w']``, ``L['self'].weight``."""
+        raise NotImplementedError
+
+    def code(self) -> str:
+        """The expression that reads the value inside the transformed function."""
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.name()
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSource(Source):
+    local: str
+
+    def name(self) -> str:
+        return f"L[{self.local!r}]"
+
+    def code(self) -> str:
+        return self.local
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalSource(Source):
+    global_name: str
+
+    def name(self) -> str:
+        return f"G[{self.global_name!r}]"
+
+    def code(self) -> str:
+        # Through the globals dict: a parameter of the same name may shadow it.
+        return f"{GLOBALS_CELL}[{self.global_name!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalsSource(Source):
+    """The globals dict of the compiled function itself."""
+
+    def name(self) -> str:
+        return "G"
+
+    def code(self) -> str:
+        return GLOBALS_CELL
+
+
+@dataclass(frozen=True, slots=True)
+class ClosureSource(Source):
+    """A free variable of the function: read through its cell."""
+
+    cell_name: str
+
+    def name(self) -> str:
+        return f"C[{self.cell_name!r}]"
+
+    def code(self) -> str:
+        return self.cell_name
+
+
+@dataclass(frozen=True, slots=True)
+class AttrSource(Source):
+    base: Source
+    attr: str
+
+    def name(self) -> str:
+        return f"{self.base.name()}.{self.attr}"
+
+    def code(self) -> str:
+        return f"{self.base.code()}.{self.attr}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemSource(Source):
+    """``base[index]`` for a constant index (int, str or other hashable literal)."""
+
+    base: Source
+    index: object
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.index!r}]"
+
+    def code(self) -> str:
+        return f"{self.base.code()}[{self.index!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class LenSource(Source):
+    """``len(base)``: the length of a list or tuple read from the frame."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"len({self.base.name()})"
+
+    def code(self) -> str:
+        return f"len({self.base.code()})"

@@ -1,0 +1,302 @@
+"""Capture on straight-line programs: the transformed function run with the captured
+graph itself (no other stage) must return what eager returns."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember_capture import CaptureError, GuardKind, capture
+
+SCALE = 2.0
+
+
+def run_captured(fn, *args, **kwargs):
+    result = capture(fn, *args, **kwargs)
+    compiled = [g.gm for g in result.graphs]
+    return result, result.build(compiled)(*args, **kwargs)
+
+
+def assert_same(fn, *args, **kwargs):
+    expected = fn(*args, **kwargs)
+    result, actual = run_captured(fn, *args, **kwargs)
+    assert_tree_equal(actual, expected)
+    return result
+
+
+def assert_tree_equal(actual, expected):
+    assert type(actual) is type(expected)
+    if isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(actual, expected)
+    elif isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_tree_equal(a, e)
+    else:
+        assert actual == expected
+
+
+def test_thin_path_program():
+    result = assert_same(
+        lambda x, w, b: torch.relu(x @ w + b).sum(-1),
+        torch.randn(4, 3),
+        torch.randn(3, 5),
+        torch.randn(5),
+    )
+    assert len(result.graphs) == 1
+    ops = [n.target for n in result.graphs[0].gm.graph.nodes if n.op != "placeholder"]
+    assert torch.relu in ops
+
+
+def helper(x, y=3.0):
+    return x * y + SCALE
+
+
+def test_inlines_user_functions_with_defaults_and_globals():
+    def fn(x):
+        return helper(x) - helper(x, y=0.5)
+
+    result = assert_same(fn, torch.randn(5))
+    names = {g.source.name() for g in result.guards if g.source is not None}
+    # The inlined helper's global is guarded through the helper's own globals.
+    assert "G['helper'].__globals__['SCALE']" in names
+
+
+def test_tensor_methods_operators_and_metadata_constants():
+    def fn(x):
+        n = x.shape[0]
+        y = x.view(n, -1).transpose(0, 1).contiguous()
+        z = (-y) ** 2 / (x.size(-1) + 1) % 3
+        return z.mean(dim=0, keepdim=True), x.dtype, x.ndim, len(x)
+
+    assert_same(fn, torch.randn(4, 6))
+
+
+def test_functional_calls_kwargs_star_args_and_unpacking():
+    def fn(x, *rest, alpha=0.5):
+        a, b = rest
+        parts = [x, a, b]
+        return F.gelu(torch.cat(parts, dim=-1), approximate="tanh") * alpha
+
+    assert_same(fn, torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 1), alpha=2.0)
+
+
+def test_returns_nested_structures_and_constants():
+    def fn(x):
+        return [x + 1, (x * 2, "tag", None)], 3, math.pi
+
+    result = assert_same(fn, torch.randn(3))
+    assert "math" not in result.transformed_source  # pi is a literal
+
+
+def test_returning_an_input_unchanged_needs_no_graph():
+    result = assert_same(lambda x, y: (y, x), torch.randn(2), torch.randn(3))
+    assert result.graphs == ()
+
+
+def test_closure_variables_are_read_and_guarded():
+    w = torch.randn(3, 3)
+    k = 4
+
+    def fn(x):
+        return x @ w * k
+
+    result = assert_same(fn, torch.randn(2, 3))
+    names = {g.source.name() for g in result.guards if g.source is not None}
+    assert {"C['w']", "C['k']"} <= names
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 8)
+        self.norm = torch.nn.LayerNorm(8)
+        self.scale = 0.5
+
+    def forward(self, x):
+        return self.norm(F.silu(self.fc(x))) * self.scale
+
+
+def test_module_forward_inlined_and_parameters_lifted():
+    block = Block()
+    x = torch.randn(3, 4)
+    result = capture(block.forward, x)
+    graph = result.graphs[0]
+    sources = [s.name() for s in graph.input_sources]
+    assert sources == [
+        "L['x']",
+        "L['self'].fc.weight",
+        "L['self'].fc.bias",
+        "L['self'].norm.weight",
+        "L['self'].norm.bias",
+    ]
+    assert all(isinstance(t, torch.Tensor) for t in graph.example_inputs)
+    out = result.build([graph.gm])(block, x)
+    torch.testing.assert_close(out, block(x))
+    guards = [str(g) for g in result.guards]
+    assert "L['self'].scale == 0.5" in guards
+
+
+def test_guards_print_and_fail_with_reasons():
+    def fn(x, n, flag):
+        return x * n, flag
+
+    x = torch.randn(2, 3)
+    result = capture(fn, x, 3, True)
+    kinds = {g.kind for g in result.guards}
+    assert {GuardKind.TENSOR_MATCH, GuardKind.EQUALS_MATCH} <= kinds
+    check = result.guard_checker()
+    assert check.check({"x": torch.randn(2, 3), "n": 3, "flag": True})
+    cases = {
+        "L['x']: dtype changed from torch.float32 to torch.float64": (
+            x.double(),
+            3,
+            True,
+        ),
+        "L['x']: shape changed from [2, 3] to [3, 2]": (torch.randn(3, 2), 3, True),
+        "L['x']: stride changed from [3, 1] to [1, 2]": (
+            x.t().contiguous().t(),
+            3,
+            True,
+        ),
+        "L['n']: value changed from 3 to 4": (x, 4, True),
+        "L['n']: value changed from 3 to 3.0": (x, 3.0, True),
+        "L['x']: requires_grad changed from False to True": (
+            x.clone().requires_grad_(),
+            3,
+            True,
+        ),
+    }
+    for reason, (a, n, flag) in cases.items():
+        f_locals = {"x": a, "n": n, "flag": flag}
+        assert not check.check(f_locals)
+        assert check.failure(f_locals) == reason
+
+
+def test_grad_mode_is_guarded():
+    result = capture(lambda x: x + 1, torch.randn(2))
+    check = result.guard_checker()
+    assert check.check({"x": torch.randn(2)})
+    with torch.no_grad():
+        assert not check.check({"x": torch.randn(2)})
+        assert "torch global state changed" in check.failure({"x": torch.randn(2)})
+
+
+def test_global_rebinding_is_guarded():
+    namespace = {"torch": torch}
+    exec("def fn(x):\n    return x * factor\n", namespace)
+    namespace["factor"] = 2.0
+    result = capture(namespace["fn"], torch.randn(3))
+    check = result.guard_checker()
+    assert check.check({"x": torch.randn(3)})
+    namespace["factor"] = 3.0
+    assert check.failure({"x": torch.randn(3)}) == (
+        "G['factor']: value changed from 2.0 to 3.0"
+    )
+
+
+def test_builtin_shadowed_by_a_global_fails_its_guard():
+    namespace = {"torch": torch}
+    exec("def fn(x):\n    return x * len(x)\n", namespace)
+    result = capture(namespace["fn"], torch.randn(3))
+    check = result.guard_checker()
+    assert check.check({"x": torch.randn(3)})
+    namespace["len"] = lambda x: 7
+    assert not check.check({"x": torch.randn(3)})
+
+
+def test_transformed_code_has_the_original_signature():
+    def fn(a, /, b, *args, c, d=2, **kwargs):
+        return a + b + c
+
+    x = torch.randn(2)
+    result = capture(fn, x, x, c=x)
+    assert result.code.co_varnames[:6] == ("a", "b", "c", "d", "args", "kwargs")
+    assert result.code.co_name == "fn"
+    out = result.build([g.gm for g in result.graphs])(x, x, c=x)
+    torch.testing.assert_close(out, fn(x, x, c=x))
+
+
+def test_unsupported_construct_names_it_and_the_users_line():
+    def fn(x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+    with pytest.raises(CaptureError) as info:
+        capture(fn, torch.randn(3))
+    err = info.value
+    assert err.filename == __file__
+    assert err.lineno == fn.__code__.co_firstlineno + 1
+    assert f"{__file__}:{err.lineno}" in str(err)
+
+
+def test_data_dependent_op_is_refused_not_guessed():
+    with pytest.raises(CaptureError, match="item"):
+        capture(lambda x: x.item() + 1, torch.randn(1))
+
+
+def test_global_side_effect_functions_are_never_run_at_capture():
+    x = torch.randn(2)
+    state = torch.random.get_rng_state()
+    with pytest.raises(CaptureError, match="manual_seed"):
+        capture(lambda x: torch.manual_seed(0) and x, x)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_module_with_hooks_is_refused():
+    lin = torch.nn.Linear(2, 2)
+    lin.register_forward_hook(lambda m, i, o: o * 2)
+
+    def fn(x):
+        return lin(x)
+
+    with pytest.raises(CaptureError, match="hooks"):
+        capture(fn, torch.randn(1, 2))
+
+
+def test_nothing_runs_for_real_during_capture():
+    calls = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, x):
+            return x.add_(1)
+
+    x = torch.zeros(3)
+    capture(Spy().forward, x)
+    assert torch.equal(x, torch.zeros(3)) and calls == []
+
+
+def test_capture_rejects_non_functions():
+    with pytest.raises(TypeError, match="int"):
+        capture(42)
+
+
+class Config:
+    def __init__(self, scale):
+        self.scale = scale
+
+    @property
+    def double(self):
+        return self.scale * 2
+
+    def apply(self, x):
+        return x * self.double
+
+
+def test_user_objects_attributes_properties_methods_and_isinstance():
+    def fn(x, cfg):
+        if_config = isinstance(cfg, Config)
+        return cfg.apply(x) + cfg.scale, if_config
+
+    assert_same(fn, torch.randn(3), Config(1.5))
+    result = capture(fn, torch.randn(3), Config(1.5))
+    guards = [str(g) for g in result.guards]
+    assert "type(L['cfg']) is Config" in guards and "L['cfg'].scale == 1.5" in guards
+
+
+def test_unsupported_return_value_has_a_location():
+    with pytest.raises(CaptureError) as info:
+        capture(lambda x: (x, x.add), torch.randn(2))
+    assert info.value.filename == __file__

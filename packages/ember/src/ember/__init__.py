@@ -1,0 +1,30 @@
+"""ember: one line, ``model = ember.compile(model)``, to compile PyTorch programs.
+
+The umbrella over the four stages (ember_capture, ember_aotgrad, ember_codegen,
+ember_runtime): compile, reset, explain, configuration, backends and logging.
+"""
+
+from .api import CompiledFunction, CompiledModule, compile, reset
+from .backends import BACKENDS, register_backend
+from .config import Config
+from .convert import BreakReason
+from .explain import ExplainOutput, explain
+from .logs import apply_environment, set_logs
+
+__version__ = "0.1.0"
+
+apply_environment()
+
+__all__ = [
+    "BACKENDS",
+    "BreakReason",
+    "CompiledFunction",
+    "CompiledModule",
+    "Config",
+    "ExplainOutput",
+    "compile",
+    "explain",
+    "register_backend",
+    "reset",
+    "set_logs",
+]

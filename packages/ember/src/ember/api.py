@@ -1,0 +1,202 @@
+"""``ember.compile`` and ``ember.reset``: the one-line entry for users.
+
+compile() wraps a function, method or nn.Module; the first call with real inputs
+goes through the runtime Dispatcher, which converts it (capture, then the backend)
+and caches the entry behind its guards.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.modules import module as nn_module
+
+from ember_runtime import Dispatcher
+
+from .backends import Backend, CompileLog, resolve_backend
+from .config import Config
+from .convert import BreakReason, make_convert
+
+_MODES = (None, "default", "reduce-overhead", "max-autotune")
+
+# Every dispatcher made by compile(), so reset() can clear them all.
+_DISPATCHERS: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+
+
+def compile(
+    model: Any = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Backend = "ember",
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> Any:
+    """Compile ``model`` (a function, method or nn.Module) with ember.
+
+    Use as ``ember.compile(fn)``, ``@ember.compile`` or ``@ember.compile(...)``.
+    ``backend`` is "eager", "aot_eager", "ember" or ``backend(gm, inputs)``.
+    ``fullgraph=True`` raises on anything capture cannot put in a graph instead of
+    running it eagerly. ``options`` keys are the fields of ember.config.Config.
+    """
+    config = Config.from_options(options)
+    if dynamic:
+        raise NotImplementedError(
+            "dynamic=True (symbolic shapes) is not supported yet; ember specializes "
+            "on every input shape and recompiles when one changes"
+        )
+    if mode not in _MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid modes: {_MODES}")
+    log = CompileLog()
+    resolved = resolve_backend(backend, config, log)
+
+    def wrap(target: Any) -> Any:
+        if isinstance(target, (CompiledFunction, CompiledModule)):
+            target = target.original  # compile afresh from the user's own object
+        if isinstance(target, torch.nn.Module):
+            forward = _compile_callable(
+                target.forward, resolved, fullgraph, config, log
+            )
+            return CompiledModule(target, forward)
+        if isinstance(target, (types.FunctionType, types.MethodType)):
+            return _compile_callable(target, resolved, fullgraph, config, log)
+        raise TypeError(
+            f"ember.compile takes a function, method or nn.Module, not "
+            f"{type(target).__name__}"
+        )
+
+    return wrap if model is None else wrap(model)
+
+
+def _compile_callable(
+    fn: Callable, backend: Backend, fullgraph: bool, config: Config, log: CompileLog
+) -> CompiledFunction:
+    bound_self = None
+    if isinstance(fn, types.MethodType):
+        fn, bound_self = fn.__func__, fn.__self__
+    breaks: list[BreakReason] = []
+    convert = make_convert(fn, backend, fullgraph=fullgraph, log=log, breaks=breaks)
+    dispatcher = Dispatcher(fn, convert, recompile_limit=config.recompile_limit)
+    _DISPATCHERS.add(dispatcher)
+    return CompiledFunction(fn, dispatcher, log, breaks, bound_self)
+
+
+def _original(fn: types.FunctionType, bound_self: object) -> Callable:
+    return fn if bound_self is None else types.MethodType(fn, bound_self)
+
+
+class CompiledFunction:
+    """A compiled function: calls go through its Dispatcher.
+
+    Binds like a function when used as a method decorator. ``dispatcher`` holds the
+    entries and counters; ``log`` and ``breaks`` what compiling found.
+    """
+
+    def __init__(
+        self,
+        fn: types.FunctionType,
+        dispatcher: Dispatcher,
+        log: CompileLog,
+        breaks: list[BreakReason],
+        bound_self: object = None,
+    ) -> None:
+        functools.update_wrapper(self, fn)
+        self.dispatcher = dispatcher
+        self.log = log
+        self.breaks = breaks
+        self._self = bound_self
+        self.original = _original(fn, bound_self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._self is None:
+            return self.dispatcher(*args, **kwargs)
+        return self.dispatcher(self._self, *args, **kwargs)
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+
+def reset() -> None:
+    """Clear every in-memory compiled entry; the next call of each compiles again."""
+    for dispatcher in list(_DISPATCHERS):
+        dispatcher.reset()
+
+
+class CompiledModule(torch.nn.Module):
+    """An nn.Module whose forward is compiled and whose state is the original's.
+
+    Parameters, buffers and submodules are the original module's own dicts, so
+    ``state_dict()`` keys, ``parameters()``, ``.to()`` and optimizers see the same
+    tensors. Calls to a module with hooks run eagerly, so hooks always run.
+    """
+
+    def __init__(self, module: torch.nn.Module, forward: Callable) -> None:
+        super().__init__()
+        self.__dict__["_orig_mod"] = module  # not a submodule: keeps state_dict keys
+        self.__dict__["_compiled_forward"] = forward
+        self.__dict__["original"] = module
+        self._parameters = module._parameters
+        self._buffers = module._buffers
+        self._modules = module._modules
+        self._non_persistent_buffers_set = module._non_persistent_buffers_set
+        for hooks in _HOOK_DICTS:  # hooks registered on the wrapper land on module
+            setattr(self, hooks, getattr(module, hooks))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Not nn.Module.__call__: the original module's call runs the hooks, once.
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        module = self._orig_mod
+        if _has_hooks(module):
+            return module(*args, **kwargs)
+        return self._compiled_forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._orig_mod, name)
+
+    def train(self, mode: bool = True) -> CompiledModule:
+        self._orig_mod.train(mode)
+        self.training = mode
+        return self
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict:
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self._orig_mod!r})"
+
+
+_HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+
+
+def _has_hooks(module: torch.nn.Module) -> bool:
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+        or nn_module._global_forward_hooks
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_backward_hooks
+        or nn_module._global_backward_pre_hooks
+    )

@@ -1,0 +1,87 @@
+"""``ember.explain``: what was captured, where it broke, what was left to torch."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch.fx
+
+from .api import CompiledModule, compile
+from .convert import BreakReason
+
+
+@dataclass(frozen=True)
+class ExplainOutput:
+    """The answers to "how much was captured, and why not more"."""
+
+    graphs: list[torch.fx.GraphModule]
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[BreakReason]
+    ops_per_graph: list[dict[str, int]]
+    fallback_ops: list[str]  # aten ops codegen left to torch's own kernels
+    generated_code: list[str]  # codegen's source, one per compiled graph
+    eager_graph_reasons: list[str]  # why a captured graph runs with torch as it is
+
+    def __str__(self) -> str:
+        lines = [
+            f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}",
+        ]
+        lines += [f"  break: {r}" for r in self.break_reasons]
+        for i, ops in enumerate(self.ops_per_graph):
+            counts = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items()))
+            lines.append(f"  graph {i}: {sum(ops.values())} ops ({counts})")
+        lines += [f"  graph run by torch: {r}" for r in self.eager_graph_reasons]
+        if self.fallback_ops:
+            lines.append(f"  ops run by torch: {', '.join(self.fallback_ops)}")
+        return "\n".join(lines)
+
+
+def explain(
+    fn: Callable, *, backend: Any = "ember", options: dict | None = None
+) -> Callable[..., ExplainOutput]:
+    """``explain(fn)(*args, **kwargs)`` compiles and runs ``fn`` once, fresh.
+
+    Nothing is shared with other compiled versions of ``fn``; warnings that the
+    compile would print are collected into the result instead.
+    """
+
+    def run(*args: Any, **kwargs: Any) -> ExplainOutput:
+        compiled = compile(fn, backend=backend, options=options)
+        target = (
+            compiled._compiled_forward
+            if isinstance(compiled, CompiledModule)
+            else compiled
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled(*args, **kwargs)
+        graphs = list(target.log.graphs)
+        return ExplainOutput(
+            graphs=graphs,
+            graph_count=len(graphs),
+            graph_break_count=len(target.breaks),
+            break_reasons=list(target.breaks),
+            ops_per_graph=[_op_counts(gm) for gm in graphs],
+            fallback_ops=sorted(target.log.fallback_ops),
+            generated_code=list(target.log.generated_code),
+            eager_graph_reasons=list(target.log.eager_graph_reasons),
+        )
+
+    return run
+
+
+def _op_counts(gm: torch.fx.GraphModule) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for node in gm.graph.nodes:
+        if node.op == "call_method":
+            counts[f"Tensor.{node.target}"] += 1
+        elif node.op == "call_function":
+            module = (getattr(node.target, "__module__", None) or "").lstrip("_")
+            name = getattr(node.target, "__name__", str(node.target))
+            counts[f"{module}.{name}" if module else name] += 1
+    return dict(counts)

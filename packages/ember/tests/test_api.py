@@ -1,0 +1,283 @@
+"""The umbrella's public API: compile forms, backends, caching, explain, errors."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember_capture import CaptureError
+
+
+def thin(x, w, b):
+    return torch.relu(x @ w + b).sum(-1)
+
+
+def inputs(dtype=torch.float32):
+    return (
+        torch.randn(4, 3, dtype=dtype),
+        torch.randn(3, 5, dtype=dtype),
+        torch.randn(5, dtype=dtype),
+    )
+
+
+class CountingBackend:
+    """A backend that counts compilations and runs the graph as captured."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ember.reset()
+    yield
+    ember.reset()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "ember", CountingBackend()])
+def test_every_backend_matches_eager(backend):
+    compiled = ember.compile(thin, backend=backend)
+    for _ in range(3):
+        args = inputs()
+        torch.testing.assert_close(compiled(*args), thin(*args))
+
+
+def test_same_types_compile_once_new_dtype_compiles_again():
+    counter = CountingBackend()
+    compiled = ember.compile(thin, backend=counter)
+    compiled(*inputs())
+    compiled(*inputs())
+    assert len(counter.graphs) == 1
+    doubles = inputs(torch.float64)
+    torch.testing.assert_close(compiled(*doubles), thin(*doubles))
+    assert len(counter.graphs) == 2
+    compiled(*inputs())
+    compiled(*inputs(torch.float64))
+    assert len(counter.graphs) == 2
+    reasons = compiled.dispatcher.recompile_reasons
+    assert reasons == ["L['x']: dtype changed from torch.float32 to torch.float64"]
+
+
+def test_default_backend_counts_compiles_in_the_dispatcher():
+    compiled = ember.compile(thin)
+    compiled(*inputs())
+    compiled(*inputs())
+    compiled(*inputs(torch.float64))
+    c = compiled.dispatcher.counters
+    assert (c.compiles, c.hits, c.misses) == (2, 1, 2)
+
+
+def test_reset_clears_every_cache():
+    counter = CountingBackend()
+    compiled = ember.compile(thin, backend=counter)
+    compiled(*inputs())
+    ember.reset()
+    compiled(*inputs())
+    assert len(counter.graphs) == 2
+
+
+def test_decorator_forms():
+    @ember.compile
+    def a(x):
+        return x.sin() + 1
+
+    @ember.compile(backend="aot_eager", options={"recompile_limit": 3})
+    def b(x):
+        return x.cos() * 2
+
+    x = torch.randn(5)
+    torch.testing.assert_close(a(x), x.sin() + 1)
+    torch.testing.assert_close(b(x), x.cos() * 2)
+    assert a.__name__ == "a" and b.dispatcher.recompile_limit == 3
+
+
+def test_methods_bound_and_decorated():
+    class Scaler:
+        def __init__(self, k):
+            self.k = k
+
+        @ember.compile
+        def decorated(self, x):
+            return x * self.k
+
+        def plain(self, x):
+            return x - self.k
+
+    s2, s3 = Scaler(2.0), Scaler(3.0)
+    x = torch.randn(4)
+    torch.testing.assert_close(s2.decorated(x), x * 2)
+    torch.testing.assert_close(s3.decorated(x), x * 3)  # self.k is guarded
+    bound = ember.compile(s3.plain)
+    torch.testing.assert_close(bound(x), x - 3)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+        self.register_buffer("shift", torch.randn(4))
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x))) + self.shift
+
+
+def test_module_wrapper_shares_state_with_the_original():
+    model = MLP()
+    compiled = ember.compile(model)
+    assert isinstance(compiled, torch.nn.Module)
+    assert list(compiled.state_dict()) == list(model.state_dict())
+    assert all(a is b for a, b in zip(compiled.parameters(), model.parameters()))
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        model.fc1.weight.mul_(0.5)  # updated weights are read on every call
+        torch.testing.assert_close(compiled(x), model(x))
+    compiled.eval()
+    assert not model.training and not model.fc1.training
+
+
+def test_module_hooks_still_run():
+    model = MLP()
+    compiled = ember.compile(model)
+    calls = []
+    model.register_forward_hook(lambda m, i, o: calls.append(1) or o * 0)
+    with torch.no_grad():
+        out = compiled(torch.randn(2, 8))
+    assert calls == [1] and torch.count_nonzero(out) == 0
+
+
+def test_graph_needing_backward_keeps_correct_gradients():
+    model = MLP()
+    compiled = ember.compile(model)
+    x = torch.randn(3, 8)
+    with pytest.warns(UserWarning, match="runs with torch's autograd"):
+        out = compiled(x)
+    out.sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
+def data_dependent(x):
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+
+
+def test_unsupported_function_runs_eagerly_with_one_warning():
+    compiled = ember.compile(data_dependent)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for sign in (1, -1, 1):
+            x = torch.rand(3) * sign
+            torch.testing.assert_close(compiled(x), data_dependent(x))
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1
+    line = data_dependent.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line}" in messages[0]
+
+
+def test_fullgraph_raises_the_reason():
+    compiled = ember.compile(data_dependent, fullgraph=True)
+    with pytest.raises(CaptureError) as info:
+        compiled(torch.randn(3))
+    assert info.value.lineno == data_dependent.__code__.co_firstlineno + 1
+
+
+def test_explain_counts_graphs_ops_and_fallbacks():
+    out = ember.explain(thin)(*inputs())
+    assert out.graph_count == 1 and out.graph_break_count == 0
+    assert out.ops_per_graph == [
+        {"operator.matmul": 1, "operator.add": 1, "torch.relu": 1, "Tensor.sum": 1}
+    ]
+    assert out.fallback_ops == [
+        "aten.add.Tensor",
+        "aten.mm.default",
+        "aten.relu.default",
+        "aten.sum.dim_IntList",
+    ]
+    assert "graphs: 1" in str(out)
+
+
+def test_explain_of_a_function_that_ran_in_python():
+    out = ember.explain(data_dependent)(torch.randn(3))
+    assert out.graph_count == 0 and out.graph_break_count == 1
+    (reason,) = out.break_reasons
+    assert reason.location == f"{__file__}:{data_dependent.__code__.co_firstlineno + 1}"
+
+
+def test_bad_arguments_name_the_problem():
+    with pytest.raises(TypeError, match="int"):
+        ember.compile(42)
+    with pytest.raises(ValueError, match="eager, aot_eager, ember"):
+        ember.compile(thin, backend="inductor")
+    with pytest.raises(ValueError, match="'fast_math'"):
+        ember.compile(thin, options={"fast_math": True})
+    with pytest.raises(ValueError, match="mode"):
+        ember.compile(thin, mode="turbo")
+    with pytest.raises(NotImplementedError, match="dynamic"):
+        ember.compile(thin, dynamic=True)
+
+
+def test_cache_dir_setting(monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    assert ember.Config.from_options().cache_dir == tmp_path
+    assert ember.Config.from_options({"cache_dir": "/x"}).cache_dir == Path("/x")
+    monkeypatch.delenv("EMBER_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert ember.Config.from_options().cache_dir == tmp_path / "xdg" / "ember"
+
+
+def test_explain_reports_graphs_left_to_torch():
+    model = MLP()
+    out = ember.explain(model)(torch.randn(2, 8))
+    assert out.graph_count == 1
+    assert any("require grad" in r for r in out.eager_graph_reasons)
+
+
+offset = torch.ones(2)
+
+
+class UsesGlobal(torch.nn.Module):
+    def forward(self, t):
+        return t + offset
+
+
+def test_global_read_in_an_inlined_call_is_not_shadowed_by_a_parameter():
+    inner = UsesGlobal()
+
+    def fn(offset):
+        return inner(offset * 0)
+
+    x = torch.full((2,), 5.0)
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+
+
+def test_hook_added_after_compiling_is_honoured():
+    inner = torch.nn.Linear(3, 3)
+
+    def fn(x):
+        return inner(x) + 1
+
+    compiled = ember.compile(fn)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x))
+        handle = inner.register_forward_hook(lambda m, i, o: o * 0)
+        with pytest.warns(UserWarning, match="has hooks"):
+            torch.testing.assert_close(compiled(x), fn(x))
+        handle.remove()
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert compiled.dispatcher.recompile_reasons == [
+        "C['inner']: a forward or backward hook was registered"
+    ]

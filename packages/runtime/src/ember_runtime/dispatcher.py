@@ -1,0 +1,174 @@
+"""The dispatcher every compiled call goes through.
+
+Per function: an ordered list of guarded entries. A call binds its arguments to the
+function's locals, runs the first entry whose guards hold (the most recently hit is
+tried first), or converts the call into a new entry. A convert that gives up (returns
+None) and a miss past the recompile limit both run the plain function; the limit
+also warns once, naming the guard that kept failing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+import types
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Entry(Protocol):
+    """What ``convert`` returns: a guarded way to run the function."""
+
+    def check(self, f_locals: dict) -> bool:
+        """Whether this entry may run for a frame with these locals."""
+
+    def failure(self, f_locals: dict) -> str | None:
+        """The first failing guard, in words (``L['x']: dtype changed ...``)."""
+
+    def run(self, *args: object, **kwargs: object) -> object:
+        """Run the function on the call's own arguments."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GuardedEntry:
+    """A plain Entry made of three callables."""
+
+    check: Callable[[dict], bool]
+    failure: Callable[[dict], str | None]
+    run: Callable[..., object]
+
+
+@dataclass
+class Counters:
+    calls: int = 0
+    hits: int = 0
+    misses: int = 0
+    compiles: int = 0
+    eager_calls: int = 0  # misses run as the plain function (limit hit, or no capture)
+
+
+@dataclass(eq=False)
+class Dispatcher:
+    """Guarded dispatch for one function.
+
+    ``convert(args, kwargs) -> Entry | None`` is called on a miss (under a lock, so
+    two threads missing at once compile once). None means the function cannot be
+    compiled: later misses run it as it is, while existing entries keep serving the
+    calls they match. ``recompile_reasons`` records why each later convert happened.
+    """
+
+    fn: types.FunctionType
+    convert: Callable[[tuple, dict], Entry | None]
+    recompile_limit: int = 8
+    counters: Counters = field(default_factory=Counters)
+    recompile_reasons: list[str] = field(default_factory=list)
+    _entries: tuple[Entry, ...] = ()
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _warned: bool = False
+    _gave_up: bool = False  # convert returned None: misses run the plain function
+
+    def __post_init__(self) -> None:
+        self._bind = _binder(self.fn)
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        return self._entries
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        self.counters.calls += 1
+        f_locals = self._bind(args, kwargs)
+        entries = self._entries
+        for i, entry in enumerate(entries):
+            if entry.check(f_locals):
+                self.counters.hits += 1
+                if i:
+                    self._promote(entry)
+                return entry.run(*args, **kwargs)
+        return self._miss(args, kwargs, f_locals)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._entries = ()
+            self.counters = Counters()
+            self.recompile_reasons = []
+            self._warned = False
+            self._gave_up = False
+
+    def _promote(self, entry: Entry) -> None:
+        with self._lock:
+            if entry in self._entries:
+                rest = tuple(e for e in self._entries if e is not entry)
+                self._entries = (entry, *rest)
+
+    def _miss(self, args: tuple, kwargs: dict, f_locals: dict) -> object:
+        with self._lock:
+            for entry in self._entries:  # another thread may have just compiled
+                if entry.check(f_locals):
+                    self.counters.hits += 1
+                    return entry.run(*args, **kwargs)
+            self.counters.misses += 1
+            reason = self._entries[0].failure(f_locals) if self._entries else None
+            entry = None
+            if len(self._entries) >= self.recompile_limit:
+                self._warn_limit(reason)
+            elif not self._gave_up:
+                if reason is not None:
+                    self.recompile_reasons.append(reason)
+                entry = self.convert(args, kwargs)
+                self._gave_up = entry is None
+            if entry is None:
+                self.counters.eager_calls += 1
+            else:
+                self.counters.compiles += 1
+                self._entries = (entry, *self._entries)
+        if entry is None:
+            return self.fn(*args, **kwargs)
+        return entry.run(*args, **kwargs)
+
+    def _warn_limit(self, reason: str | None) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        code = self.fn.__code__
+        warnings.warn(
+            f"ember: {self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) "
+            f"reached the recompile limit ({self.recompile_limit}); calls that match "
+            f"no compiled entry now run eagerly. The guard that kept failing: "
+            f"{reason}. Raise options={{'recompile_limit': N}} or make the input "
+            f"that changes a tensor.",
+            stacklevel=user_stacklevel(),
+        )
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that attributes a warning to the first caller outside
+    ember's packages (for warnings.warn called by this function's caller)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("ember"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
+    """Fast mapping of a call's arguments to the function's initial locals."""
+    sig = inspect.signature(fn)
+    code = fn.__code__
+    simple = (
+        not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        and code.co_kwonlyargcount == 0
+        and code.co_posonlyargcount == 0
+    )
+    names = code.co_varnames[: code.co_argcount]
+    n = len(names)
+
+    def bind(args: tuple, kwargs: dict) -> dict:
+        if simple and not kwargs and len(args) == n:
+            return dict(zip(names, args))
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments
+
+    return bind
