@@ -1,8 +1,9 @@
 """The symbolic interpreter: runs a code object's bytecode over interpreter values.
 
 One ``Interpreter`` per frame (the compiled function, or a function being inlined)
-keeps a value stack and locals and dispatches each instruction to the handler table
-in ``opcodes.py``. All frames share one ``OutputGraph``.
+keeps a value stack, locals and closure cells, and dispatches each instruction to
+the handler table in ``opcodes.py``. Branches must be decided by constants, so loops
+unroll as they run. All frames share one ``OutputGraph``.
 """
 
 from __future__ import annotations
@@ -24,13 +25,22 @@ from .source import (
     LocalSource,
     Source,
 )
-from .variables import ObjectValue, TupleValue, Value
+from .variables import (
+    Cell,
+    DictValue,
+    FunctionValue,
+    IteratorValue,
+    TupleValue,
+    Value,
+)
 
 MAX_INLINE_DEPTH = 64
+MAX_STEPS = 1_000_000  # instructions per capture: a loop that runs longer is refused
 
 
 class Interpreter:
-    """Interprets one frame. ``run()`` returns the frame's return value."""
+    """Interprets one frame. ``run()`` returns the frame's return value; a
+    generator frame runs to completion and returns an iterator over its yields."""
 
     def __init__(
         self,
@@ -39,7 +49,7 @@ class Interpreter:
         *,
         f_globals: dict,
         globals_source: Source | None,
-        closure: tuple[types.CellType, ...] | None,
+        cells: dict[str, Cell | types.CellType],
         closure_source: Callable[[str], Source] | None,
         locals_: dict[str, Value] | None = None,
         frame_values: dict[str, object] | None = None,
@@ -49,15 +59,20 @@ class Interpreter:
         self.output = output
         self.f_globals = f_globals
         self.globals_source = globals_source  # None: trusted torch code, unguarded
-        self.cells = dict(zip(code.co_freevars, closure or ()))
-        self.closure_source = closure_source
+        self.cells = cells  # free variables: symbolic Cells, or real cells to wrap
+        self.closure_source = closure_source  # where a real cell's value is read
         self.locals: dict[str, Value] = dict(locals_ or {})
         self.frame_values = frame_values or {}  # real values, wrapped on first read
         self.depth = depth
         self.stack: list[Value] = []
         self.kw_names: tuple[str, ...] = ()
         self.return_value: Value | None = None
+        self.yields: list[Value] | None = (
+            [] if code.co_flags & inspect.CO_GENERATOR else None
+        )
         self.instructions = list(dis.get_instructions(code))
+        self._index = {inst.offset: i for i, inst in enumerate(self.instructions)}
+        self.pc = 0
         self.lineno = code.co_firstlineno
 
     # -- the loop --------------------------------------------------------------
@@ -65,7 +80,14 @@ class Interpreter:
     def run(self) -> Value:
         self.output.frames.append(self)
         try:
-            for inst in self.instructions:
+            while self.return_value is None:
+                inst = self.instructions[self.pc]
+                self.pc += 1
+                self.output.steps += 1
+                if self.output.steps > MAX_STEPS:
+                    raise self.unsupported(
+                        f"a loop running more than {MAX_STEPS} bytecode steps"
+                    )
                 if inst.positions is not None and inst.positions.lineno is not None:
                     self.lineno = inst.positions.lineno
                 handler = opcodes.HANDLERS.get(inst.opname)
@@ -76,11 +98,14 @@ class Interpreter:
                         "the function runs eagerly",
                     )
                 handler(self, inst)
-                if self.return_value is not None:
-                    return self.return_value
         finally:
             self.output.frames.pop()
-        raise self.unsupported("reaching the end of the bytecode without a return")
+        if self.yields is not None:
+            return IteratorValue(self.yields)
+        return self.return_value
+
+    def jump(self, inst: dis.Instruction) -> None:
+        self.pc = self._index[inst.argval]
 
     # -- stack -----------------------------------------------------------------
 
@@ -108,15 +133,27 @@ class Interpreter:
             )
         return self.locals[name]
 
-    def load_deref(self, name: str) -> Value:
-        if name in self.locals or name in self.frame_values:
-            return self.load_local(name)
-        if name not in self.cells:
-            raise self.unsupported(f"reading closure variable {name!r}")
-        value = self.cells[name].cell_contents
-        if self.closure_source is None:
-            return self.output.wrap_trusted(value)
-        return self.output.wrap(value, self.closure_source(name))
+    def cell(self, name: str) -> Cell:
+        """The symbolic cell for a cell or free variable of this frame."""
+        cell = self.cells.get(name)
+        if isinstance(cell, Cell):
+            return cell
+        if cell is None:  # a cell variable this frame creates (MAKE_CELL)
+            value = self.load_local(name) if self._has_local(name) else None
+            cell = Cell(value)
+        else:  # the compiled function's own closure: read it, never write it
+            real = cell.cell_contents
+            value = (
+                self.output.wrap_trusted(real)
+                if self.closure_source is None
+                else self.output.wrap(real, self.closure_source(name))
+            )
+            cell = Cell(value, writable=False)
+        self.cells[name] = cell
+        return cell
+
+    def _has_local(self, name: str) -> bool:
+        return name in self.locals or name in self.frame_values
 
     def load_global(self, name: str) -> Value:
         if name in self.f_globals:
@@ -134,88 +171,131 @@ class Interpreter:
 
     # -- inlining ----------------------------------------------------------------
 
-    def inline(self, fn: ObjectValue, args: list[Value], kwargs: dict) -> Value:
-        """Interpret ``fn(*args, **kwargs)`` in a child frame sharing the graph."""
+    def inline(self, fn: Value, args: list[Value], kwargs: dict) -> Value:
+        """Interpret ``fn(*args, **kwargs)`` in a child frame sharing the graph.
+
+        ``fn`` is an ObjectValue holding a Python function (read from somewhere
+        with a source, or from torch's own code) or a FunctionValue built here.
+        """
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise self.unsupported(f"inlining deeper than {MAX_INLINE_DEPTH} calls")
+        if isinstance(fn, FunctionValue):
+            return self._inline_built(fn, args, kwargs)
         func = fn.value
         if not isinstance(func, types.FunctionType):
             raise self.unsupported(f"calling {func!r}")
-        if func.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        code = func.__code__
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            raise self.unsupported(f"calling coroutine {func.__qualname__}")
+        trusted = (func.__module__ or "").startswith("torch.")
+        source = None if trusted else fn.source
+        if source is None and not trusted:
             raise self.unsupported(
-                f"calling generator or coroutine {func.__qualname__}"
+                f"calling {func.__qualname__}, reached in a way ember cannot guard"
             )
-        if self.depth >= MAX_INLINE_DEPTH:
-            raise self.unsupported(f"inlining deeper than {MAX_INLINE_DEPTH} calls")
-        trusted = func.__module__ is not None and func.__module__.startswith("torch.")
-        fn_source = None if trusted else fn.source
-        # A function with no source must share its defining frame's globals.
-        if fn_source is None and not trusted and func.__globals__ is not self.f_globals:
-            raise self.unsupported(f"calling {func.__qualname__} built at run time")
+
+        def default(kind: str, key: int | str) -> Value:
+            table = func.__defaults__ if kind == "__defaults__" else func.__kwdefaults__
+            if source is None:
+                return self.output.wrap_trusted(table[key])
+            return self.output.wrap(
+                table[key], ItemSource(AttrSource(source, kind), key)
+            )
+
+        locals_ = self._bind(
+            code, func.__qualname__, args, kwargs, len(func.__defaults__ or ()), default
+        )
         child = Interpreter(
-            func.__code__,
+            code,
             self.output,
             f_globals=func.__globals__,
-            globals_source=(
-                None
-                if trusted
-                else self.globals_source
-                if fn_source is None
-                else AttrSource(fn_source, "__globals__")
-            ),
-            closure=func.__closure__,
+            globals_source=None
+            if source is None
+            else AttrSource(source, "__globals__"),
+            cells=dict(zip(code.co_freevars, func.__closure__ or ())),
             closure_source=(
                 None
-                if trusted or fn_source is None
-                else lambda name: _cell_source(fn_source, func, name)
+                if source is None
+                else lambda name: _cell_source(source, code, name)
             ),
-            locals_=self._bind(func, fn_source, args, kwargs),
+            locals_=locals_,
             depth=self.depth + 1,
         )
         return child.run()
 
-    def _bind(self, func, fn_source, args, kwargs) -> dict[str, Value]:
-        sig = inspect.signature(func)
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise self.unsupported(f"calling {func.__qualname__}: {e}") from e
-        result: dict[str, Value] = {}
-        positional = [
-            p.name
-            for p in sig.parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-        defaults = func.__defaults__ or ()
-        for name, param in sig.parameters.items():
-            if name in bound.arguments:
-                value = bound.arguments[name]
-                if param.kind == param.VAR_POSITIONAL:
-                    value = TupleValue(tuple(value))
-                elif param.kind == param.VAR_KEYWORD:
-                    if value:
-                        raise self.unsupported(
-                            f"calling {func.__qualname__} with **{name}"
-                        )
-                    raise self.unsupported(f"a function taking **{name}")
-                result[name] = value
-            elif param.kind == param.VAR_POSITIONAL:
-                result[name] = TupleValue(())
-            elif param.kind == param.VAR_KEYWORD:
-                raise self.unsupported(f"a function taking **{name}")
-            elif param.kind == param.KEYWORD_ONLY:
-                result[name] = self._default(
-                    param.default, fn_source, "__kwdefaults__", name
-                )
-            else:
-                index = positional.index(name) - (len(positional) - len(defaults))
-                result[name] = self._default(
-                    param.default, fn_source, "__defaults__", index
-                )
-        return result
+    def _inline_built(self, fn: FunctionValue, args, kwargs) -> Value:
+        code = fn.code
 
-    def _default(self, value, fn_source, attr, key) -> Value:
-        if fn_source is None:
-            return self.output.wrap_trusted(value)
-        return self.output.wrap(value, ItemSource(AttrSource(fn_source, attr), key))
+        def default(kind: str, key: int | str) -> Value:
+            return fn.defaults[key] if kind == "__defaults__" else fn.kwdefaults[key]
+
+        locals_ = self._bind(
+            code, code.co_qualname, args, kwargs, len(fn.defaults), default
+        )
+        child = Interpreter(
+            code,
+            self.output,
+            f_globals=fn.f_globals,
+            globals_source=fn.globals_source,
+            cells=dict(zip(code.co_freevars, fn.closure)),
+            closure_source=None,
+            locals_=locals_,
+            depth=self.depth + 1,
+        )
+        return child.run()
+
+    def _bind(
+        self,
+        code: types.CodeType,
+        qualname: str,
+        args: list[Value],
+        kwargs: dict[str, Value],
+        n_defaults: int,
+        default: Callable[[str, int | str], Value],
+    ) -> dict[str, Value]:
+        """The initial locals of a call, following Python's argument rules."""
+        names = code.co_varnames
+        argc, posonly, kwonly = (
+            code.co_argcount,
+            code.co_posonlyargcount,
+            code.co_kwonlyargcount,
+        )
+        positional, keyword_only = names[:argc], names[argc : argc + kwonly]
+        star = argc + kwonly
+        has_varargs = bool(code.co_flags & inspect.CO_VARARGS)
+        has_varkw = bool(code.co_flags & inspect.CO_VARKEYWORDS)
+        if len(args) > argc and not has_varargs:
+            raise self.unsupported(
+                f"calling {qualname}() with {len(args)} positional arguments "
+                f"(it takes {argc})"
+            )
+        bound: dict[str, Value] = dict(zip(positional, args))
+        if has_varargs:
+            bound[names[star]] = TupleValue(tuple(args[argc:]))
+        extra: dict[object, Value] = {}
+        for key, value in kwargs.items():
+            if key in positional[posonly:] or key in keyword_only:
+                if key in bound:
+                    raise self.unsupported(f"{qualname}() got {key!r} twice")
+                bound[key] = value
+            elif has_varkw:
+                extra[key] = value
+            else:
+                raise self.unsupported(
+                    f"{qualname}() got an unexpected keyword {key!r}"
+                )
+        if has_varkw:
+            bound[names[star + has_varargs]] = DictValue(extra)
+        first_default = argc - n_defaults
+        for i, name in enumerate(positional):
+            if name not in bound:
+                if i < first_default:
+                    raise self.unsupported(f"{qualname}() missing argument {name!r}")
+                bound[name] = default("__defaults__", i - first_default)
+        for name in keyword_only:
+            if name not in bound:
+                bound[name] = default("__kwdefaults__", name)
+        return bound
 
     # -- errors ------------------------------------------------------------------
 
@@ -226,8 +306,8 @@ class Interpreter:
         return self.output.error(reason, hint)
 
 
-def _cell_source(fn_source: Source, func: types.FunctionType, name: str) -> Source:
-    index = func.__code__.co_freevars.index(name)
+def _cell_source(fn_source: Source, code: types.CodeType, name: str) -> Source:
+    index = code.co_freevars.index(name)
     return AttrSource(
         ItemSource(AttrSource(fn_source, "__closure__"), index), "cell_contents"
     )
@@ -235,24 +315,18 @@ def _cell_source(fn_source: Source, func: types.FunctionType, name: str) -> Sour
 
 # What the user wrote, for opcodes capture does not handle yet (by opname prefix).
 _CONSTRUCTS = {
-    "POP_JUMP": "control flow (if, while, and/or, conditional expression)",
-    "JUMP": "control flow (a loop or branch)",
-    "GET_ITER": "a for loop or comprehension",
-    "FOR_ITER": "a for loop or comprehension",
     "STORE_ATTR": "assigning an attribute",
+    "DELETE_ATTR": "deleting an attribute",
     "STORE_GLOBAL": "assigning a global variable",
-    "STORE_SUBSCR": "assigning to an item",
-    "MAKE_FUNCTION": "defining a function or lambda",
-    "BUILD_MAP": "building a dict",
-    "BUILD_CONST_KEY_MAP": "building a dict",
-    "BUILD_SET": "building a set",
-    "FORMAT_VALUE": "an f-string",
-    "BEFORE_WITH": "a with-block",
+    "DELETE_SUBSCR": "deleting an item",
     "PUSH_EXC_INFO": "exception handling",
+    "SETUP_": "exception handling",
     "RAISE_VARARGS": "raising an exception",
-    "LOAD_ASSERTION_ERROR": "an assert",
-    "YIELD_VALUE": "a generator",
-    "IMPORT_NAME": "an import",
+    "RERAISE": "raising an exception",
+    "IMPORT_": "an import",
+    "LOAD_BUILD_CLASS": "defining a class",
+    "GET_AWAITABLE": "async code",
+    "BEFORE_ASYNC_WITH": "async code",
 }
 
 

@@ -1,9 +1,9 @@
-"""What attribute reads, calls and operators mean for each kind of value.
+"""What attribute reads, calls, subscripts, iteration and truth mean for each value.
 
 Tensor operations become graph nodes; metadata reads (``x.shape``, ``x.dtype``)
 become constants, guarded through the tensor's own guard; Python constants fold;
-user functions and nn.Module forwards are inlined by a child interpreter; builtins
-are handled by a table registered next to each handler.
+user functions, methods and nn.Module forwards are inlined by a child interpreter;
+builtins with a meaning of their own live in ``builtin_calls.py``.
 """
 
 from __future__ import annotations
@@ -19,14 +19,23 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import builtin_calls
 from .guards import Guard, GuardKind, module_has_no_hooks
-from .source import AttrSource, ItemSource, Source
+from .source import AttrSource, ItemSource, LenSource, Source
 from .variables import (
+    BoundFunctionValue,
     ConstValue,
+    ContextExitValue,
+    DataclassValue,
+    DictValue,
+    FunctionValue,
+    IteratorValue,
     ListValue,
     MethodValue,
     ModuleValue,
+    NamedTupleValue,
     ObjectValue,
+    SuperValue,
     TensorValue,
     TupleValue,
     UserObjectValue,
@@ -38,7 +47,18 @@ if TYPE_CHECKING:
 
 # Tensor attributes that are facts about metadata: captured as constants.
 _TENSOR_META_ATTRS = frozenset(
-    {"shape", "dtype", "ndim", "requires_grad", "layout", "is_sparse", "is_quantized"}
+    {
+        "shape",
+        "dtype",
+        "ndim",
+        "requires_grad",
+        "layout",
+        "is_sparse",
+        "is_sparse_csr",
+        "is_quantized",
+        "is_nested",
+        "is_mkldnn",
+    }
 )
 # Tensor attributes that compute a new tensor: captured as graph nodes.
 _TENSOR_VIEW_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
@@ -67,7 +87,6 @@ _TORCH_SIDE_EFFECTS = frozenset(
         "set_default_dtype",
         "set_default_device",
         "set_default_tensor_type",
-        "set_grad_enabled",
         "use_deterministic_algorithms",
         "set_printoptions",
         "set_num_threads",
@@ -100,6 +119,34 @@ TENSOR_OPERATORS = frozenset(
         operator.getitem,
     }
 )  # fmt: skip
+
+# Python functions that are pure on constants: folded at capture time.
+_PURE_FUNCTIONS = frozenset(
+    {
+        *(v for v in vars(operator).values() if callable(v)),
+        *(v for v in vars(math).values() if callable(v)),
+        builtins.abs, builtins.round, builtins.divmod, builtins.int, builtins.float,
+        builtins.bool, builtins.str, builtins.len, builtins.range, builtins.pow,
+        builtins.repr, builtins.format, builtins.slice, builtins.set,
+        builtins.frozenset, builtins.sorted, builtins.chr, builtins.ord, torch.Size,
+        torch.device, torch.finfo, torch.iinfo,
+    }
+)  # fmt: skip
+
+# Constant types whose methods are pure and may be folded (str.join, tuple.index...).
+_FOLDABLE_METHOD_TYPES = (
+    str, int, float, bool, complex, tuple, bytes, frozenset, set, torch.Size,
+    torch.dtype, torch.device, slice, range,
+)  # fmt: skip
+
+# Containers whose length decides truthiness and iteration: guarded by length.
+_MODULE_CONTAINERS = (
+    torch.nn.ModuleList,
+    torch.nn.Sequential,
+    torch.nn.ModuleDict,
+    torch.nn.ParameterList,
+    torch.nn.ParameterDict,
+)
 
 
 def _changes_global_state(fn: object) -> bool:
@@ -149,12 +196,22 @@ def get_attr(tx: Interpreter, obj: Value, name: str) -> Value:
         return _instance_attr(tx, obj, name)
     if isinstance(obj, (ObjectValue, ConstValue)) and obj.source is not None:
         return tx.output.wrap(getattr(obj.value, name), AttrSource(obj.source, name))
+    if isinstance(obj, ObjectValue) and isinstance(obj.value, types.ModuleType):
+        return tx.output.wrap_trusted(getattr(obj.value, name))  # torch's own code
     if isinstance(obj, (ObjectValue, ConstValue)):
         real = getattr(obj.value, name)
         if callable(real) and not isinstance(real, type):
             return MethodValue(obj, name)
-        return ConstValue(real)
-    raise tx.unsupported(f"reading attribute {name!r} of a {type(obj).__name__}")
+        return tx.output.wrap_trusted(real)
+    if isinstance(obj, NamedTupleValue) and name in obj.cls._fields:
+        return obj.items[obj.cls._fields.index(name)]
+    if isinstance(obj, DataclassValue) and name in obj.fields:
+        return obj.fields[name]
+    if isinstance(obj, SuperValue):
+        return _super_attr(tx, obj, name)
+    if isinstance(obj, (DictValue, ListValue, TupleValue, NamedTupleValue)):
+        return MethodValue(obj, name)
+    raise tx.unsupported(f"reading attribute {name!r} of a {describe_value(obj)}")
 
 
 def _tensor_attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
@@ -162,12 +219,14 @@ def _tensor_attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
         return ConstValue(getattr(t.meta, name))
     if name == "device":
         return ConstValue(t.device)
-    if name == "is_cuda":
-        return ConstValue(t.device.type == "cuda")
+    if name in ("is_cuda", "is_cpu", "is_meta", "is_mps", "is_xpu"):
+        return ConstValue(t.device.type == name.removeprefix("is_"))
     if name in _TENSOR_VIEW_ATTRS:
         return tx.output.call_tensor_op("call_function", getattr, (t, name), {})
     if callable(getattr(torch.Tensor, name, None)):
         return MethodValue(t, name)
+    if not hasattr(torch.Tensor, name):
+        raise AttributeError(f"'Tensor' object has no attribute {name!r}")
     raise tx.unsupported(
         f"reading tensor attribute {name!r}", "compute it outside the compiled code"
     )
@@ -184,15 +243,19 @@ def _instance_attr(tx: Interpreter, obj: Value, name: str) -> Value:
                 return tx.output.wrap(entries[name], source)
     cls_attr = inspect.getattr_static(type(instance), name, None)
     if isinstance(cls_attr, property):
-        return tx.inline(
-            ObjectValue(cls_attr.fget, _class_attr_source(obj, name, "fget")),
-            [obj],
-            {},
-        )
+        fget = ObjectValue(cls_attr.fget, _class_attr_source(obj, name, "fget"))
+        return tx.inline(fget, [obj], {})
     if name in getattr(instance, "__dict__", {}):
         return tx.output.wrap(instance.__dict__[name], source)
+    class_source = _class_attr_source(obj, name)
     if isinstance(cls_attr, types.FunctionType):
-        return MethodValue(obj, name)
+        return BoundFunctionValue(cls_attr, obj, class_source)
+    if isinstance(cls_attr, staticmethod):
+        return ObjectValue(cls_attr.__func__, class_source)
+    if isinstance(cls_attr, classmethod):
+        owner = ObjectValue(type(instance), AttrSource(obj.source, "__class__"))
+        func_source = AttrSource(class_source, "__func__")
+        return BoundFunctionValue(cls_attr.__func__, owner, func_source)
     return tx.output.wrap(getattr(instance, name), source)
 
 
@@ -204,6 +267,23 @@ def _class_attr_source(obj: Value, name: str, *attrs: str) -> Source:
     return source
 
 
+def _super_attr(tx: Interpreter, sup: SuperValue, name: str) -> Value:
+    mro = type(sup.receiver.value).__mro__
+    start = mro.index(sup.cls) + 1
+    for index in range(start, len(mro)):
+        if name in mro[index].__dict__:
+            mro_source = ItemSource(
+                AttrSource(AttrSource(sup.receiver.source, "__class__"), "__mro__"),
+                index,
+            )
+            source = ItemSource(AttrSource(mro_source, "__dict__"), name)
+            attr = mro[index].__dict__[name]
+            if isinstance(attr, types.FunctionType):
+                return BoundFunctionValue(attr, sup.receiver, source)
+            raise tx.unsupported(f"super().{name} of kind {type(attr).__name__}")
+    raise tx.unsupported(f"super().{name}: no such attribute")
+
+
 # -- calls ----------------------------------------------------------------------
 
 
@@ -211,34 +291,43 @@ def call(tx: Interpreter, fn: Value, args: list[Value], kwargs: dict[str, Value]
     """The value of ``fn(*args, **kwargs)``."""
     if isinstance(fn, MethodValue):
         return _call_method(tx, fn, args, kwargs)
+    if isinstance(fn, BoundFunctionValue):
+        function = ObjectValue(fn.func, fn.source)
+        return tx.inline(function, [fn.receiver, *args], kwargs)
+    if isinstance(fn, FunctionValue):
+        return tx.inline(fn, args, kwargs)
     if isinstance(fn, ModuleValue):
         return _call_module(tx, fn, args, kwargs)
+    if isinstance(fn, ContextExitValue):
+        set_grad_mode(tx, fn.restore)
+        return ConstValue(None)
     if isinstance(fn, (ObjectValue, ConstValue)):
         return _call_object(tx, fn, args, kwargs)
-    raise tx.unsupported(f"calling a {type(fn).__name__}")
+    raise tx.unsupported(f"calling a {describe_value(fn)}")
 
 
 def _call_method(tx, fn: MethodValue, args, kwargs) -> Value:
     receiver = fn.receiver
     if isinstance(receiver, TensorValue):
         if fn.name in _TENSOR_META_METHODS:
-            meta_args = [_const(tx, a) for a in args]
-            meta_kwargs = {k: _const(tx, v) for k, v in kwargs.items()}
-            return ConstValue(
-                getattr(receiver.meta, fn.name)(*meta_args, **meta_kwargs)
-            )
+            consts = [constant(tx, a) for a in args]
+            kw = {k: constant(tx, v) for k, v in kwargs.items()}
+            return ConstValue(getattr(receiver.meta, fn.name)(*consts, **kw))
         return tx.output.call_tensor_op(
             "call_method", fn.name, (receiver, *args), kwargs
         )
-    if isinstance(receiver, (ModuleValue, UserObjectValue)):
-        method = inspect.getattr_static(type(receiver.value), fn.name)
-        source = _class_attr_source(receiver, fn.name)
-        return tx.inline(ObjectValue(method, source), [receiver, *args], kwargs)
-    if isinstance(receiver, (ConstValue, ObjectValue)):
+    handler = builtin_calls.METHOD_HANDLERS.get((type(receiver), fn.name))
+    if handler is not None:
+        return handler(tx, receiver, *args, **kwargs)
+    if isinstance(receiver, ConstValue) and isinstance(
+        receiver.value, _FOLDABLE_METHOD_TYPES
+    ):
+        return fold(tx, getattr(receiver.value, fn.name), args, kwargs)
+    if isinstance(receiver, ObjectValue):
         return _call_object(
             tx, ObjectValue(getattr(receiver.value, fn.name)), args, kwargs
         )
-    raise tx.unsupported(f"calling method {fn.name!r} of a {type(receiver).__name__}")
+    raise tx.unsupported(f"calling .{fn.name}() of a {describe_value(receiver)}")
 
 
 def _call_module(tx, m: ModuleValue, args, kwargs) -> Value:
@@ -255,21 +344,20 @@ def _call_module(tx, m: ModuleValue, args, kwargs) -> Value:
             "define forward on the class",
         )
     tx.output.guards.add(Guard(GuardKind.NO_HOOKS, m.source, None))
-    forward = inspect.getattr_static(type(mod), "forward")
-    source = _class_attr_source(m, "forward")
-    return tx.inline(ObjectValue(forward, source), [m, *args], kwargs)
+    forward = get_attr(tx, m, "forward")
+    return call(tx, forward, args, kwargs)
 
 
 def _call_object(tx, fn: Value, args, kwargs) -> Value:
     target = fn.value
-    if _changes_global_state(target):
-        raise tx.unsupported(
-            f"calling {_describe(target)}, which changes torch's global state",
-            "call it outside the compiled function",
-        )
-    handler = BUILTIN_HANDLERS.get(target) if _hashable(target) else None
+    handler = builtin_calls.HANDLERS.get(target) if _hashable(target) else None
     if handler is not None:
         return handler(tx, *args, **kwargs)
+    if _changes_global_state(target):
+        raise tx.unsupported(
+            f"calling {describe(target)}, which changes torch's global state",
+            "call it outside the compiled function",
+        )
     if target in _TORCH_META_FUNCTIONS:
         return ConstValue(_TORCH_META_FUNCTIONS[target](*args, **kwargs))
     if is_torch_op(target) or (
@@ -277,24 +365,50 @@ def _call_object(tx, fn: Value, args, kwargs) -> Value:
     ):
         return tx.output.call_tensor_op("call_function", target, tuple(args), kwargs)
     if target in _PURE_FUNCTIONS and _all_constant(args, kwargs):
-        return _fold(tx, target, args, kwargs)
+        return fold(tx, target, args, kwargs)
+    if target in _SEQUENCE_OPS and _is_sequence_op(args):
+        return _SEQUENCE_OPS[target](tx, *args)
+    if isinstance(target, type):
+        return builtin_calls.construct(tx, fn, args, kwargs)
     if isinstance(target, types.FunctionType):
         return tx.inline(fn, args, kwargs)
     raise tx.unsupported(
-        f"calling {_describe(target)}",
+        f"calling {describe(target)}",
         "ember cannot trace into this callable; move it outside the compiled code",
     )
 
 
-def _fold(tx, target, args, kwargs) -> Value:
+def _concat(tx, a: Value, b: Value) -> Value:
+    if type(a) is not type(b):
+        raise tx.unsupported(f"adding a {describe_value(a)} and a {describe_value(b)}")
+    items = [*a.items, *b.items]
+    return ListValue(items) if isinstance(a, ListValue) else TupleValue(tuple(items))
+
+
+def _repeat(tx, a: Value, b: Value) -> Value:
+    seq, times = (a, b) if isinstance(a, (ListValue, TupleValue)) else (b, a)
+    items = list(seq.items) * constant(tx, times)
+    return ListValue(items) if isinstance(seq, ListValue) else TupleValue(tuple(items))
+
+
+# Operators that build a new list or tuple from list or tuple operands.
+_SEQUENCE_OPS = {operator.add: _concat, operator.mul: _repeat}
+
+
+def _is_sequence_op(args) -> bool:
+    return len(args) == 2 and any(isinstance(a, (ListValue, TupleValue)) for a in args)
+
+
+def fold(tx, target: Callable, args, kwargs) -> Value:
+    """Call ``target`` now on the constant values of ``args``."""
     try:
         result = target(
-            *[_const(tx, a) for a in args],
-            **{k: _const(tx, v) for k, v in kwargs.items()},
+            *[constant(tx, a) for a in args],
+            **{k: constant(tx, v) for k, v in kwargs.items()},
         )
     except Exception as e:
         raise tx.unsupported(
-            f"{_describe(target)} raised {type(e).__name__}: {e}",
+            f"{describe(target)} raised {type(e).__name__}: {e}",
             "exceptions inside compiled code are not supported yet",
         ) from e
     return constant_value(result)
@@ -305,17 +419,38 @@ def constant_value(value: object) -> Value:
         return TupleValue(tuple(constant_value(v) for v in value))
     if type(value) is list:
         return ListValue([constant_value(v) for v in value])
+    if type(value) is dict:
+        return DictValue({k: constant_value(v) for k, v in value.items()})
     return ConstValue(value)
 
 
-def _const(tx, v: Value) -> object:
+def constant(tx: Interpreter, v: Value) -> object:
+    """The Python value of a value that holds no tensors; unsupported otherwise."""
     if isinstance(v, (ConstValue, ObjectValue)):
         return v.value
     if isinstance(v, TupleValue):
-        return tuple(_const(tx, i) for i in v.items)
+        return tuple(constant(tx, i) for i in v.items)
     if isinstance(v, ListValue):
-        return [_const(tx, i) for i in v.items]
-    raise tx.unsupported(f"using a {type(v).__name__} where a constant is needed")
+        return [constant(tx, i) for i in v.items]
+    if isinstance(v, DictValue):
+        return {k: constant(tx, i) for k, i in v.items.items()}
+    if isinstance(v, NamedTupleValue):
+        return v.cls(*(constant(tx, i) for i in v.items))
+    raise tx.unsupported(f"using a {describe_value(v)} where a constant is needed")
+
+
+def key(tx: Interpreter, v: Value) -> object:
+    """A dict key: a hashable constant."""
+    k = constant(tx, v)
+    if not _hashable(k):
+        raise tx.unsupported(f"a dict key of type {type(k).__name__}")
+    return k
+
+
+def keyword(tx: Interpreter, k: object) -> str:
+    if not isinstance(k, str):
+        raise tx.unsupported(f"a keyword argument named by a {type(k).__name__}")
+    return k
 
 
 def _any_tensor(args, kwargs) -> bool:
@@ -339,7 +474,7 @@ def _hashable(obj: object) -> bool:
     return True
 
 
-def _describe(target: object) -> str:
+def describe(target: object) -> str:
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
     module = getattr(target, "__module__", None)
     if name:
@@ -347,81 +482,90 @@ def _describe(target: object) -> str:
     return f"an object of type {type(target).__qualname__}"
 
 
-# Python functions that are pure on constants: folded at capture time.
-_PURE_FUNCTIONS = frozenset(
-    {
-        *(v for v in vars(operator).values() if callable(v)),
-        *(v for v in vars(math).values() if callable(v)),
-        builtins.abs, builtins.min, builtins.max, builtins.sum, builtins.round,
-        builtins.divmod, builtins.int, builtins.float, builtins.bool, builtins.str,
-        builtins.tuple, builtins.list, builtins.len, builtins.range, builtins.pow,
-        builtins.all, builtins.any, builtins.sorted, builtins.reversed,
-        builtins.zip, builtins.enumerate, builtins.repr, builtins.format,
-        builtins.slice, torch.Size,
-    }
-)  # fmt: skip
-
-
-# -- builtins with their own meaning ----------------------------------------------
-
-BUILTIN_HANDLERS: dict[object, Callable[..., Value]] = {}
-
-
-def builtin(*targets: object):
-    def register(handler):
-        for t in targets:
-            BUILTIN_HANDLERS[t] = handler
-        return handler
-
-    return register
-
-
-@builtin(builtins.len)
-def _len(tx, obj: Value) -> Value:
-    if isinstance(obj, (TupleValue, ListValue)):
-        return ConstValue(len(obj.items))
-    if isinstance(obj, TensorValue):
-        if obj.meta.dim() == 0:
-            raise tx.unsupported("len() of a 0-d tensor")
-        return ConstValue(obj.meta.shape[0])
-    return ConstValue(len(_const(tx, obj)))
-
-
-@builtin(builtins.isinstance)
-def _isinstance(tx, obj: Value, classes: Value) -> Value:
-    return ConstValue(issubclass(_python_type(obj), _const(tx, classes)))
-
-
-def _python_type(v: Value) -> type:
+def describe_value(v: Value) -> str:
     if isinstance(v, TensorValue):
-        return v.python_type
-    if isinstance(v, (ConstValue, ObjectValue, ModuleValue, UserObjectValue)):
-        return type(v.value)
-    if isinstance(v, TupleValue):
-        return tuple
-    if isinstance(v, ListValue):
-        return list
-    return type(v)
+        return "tensor"
+    if hasattr(v, "value"):
+        return type(v.value).__qualname__
+    return type(v).__name__.removesuffix("Value").lower()
 
 
-@builtin(builtins.getattr)
-def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value:
-    attr = _const(tx, name)
-    if default is None:
-        return get_attr(tx, obj, attr)
-    try:
-        return get_attr(tx, obj, attr)
-    except AttributeError:
-        return default
+# -- truth, identity, iteration ---------------------------------------------------
 
 
-@builtin(builtins.hasattr)
-def _hasattr(tx, obj: Value, name: Value) -> Value:
-    try:
-        get_attr(tx, obj, _const(tx, name))
-    except AttributeError:
-        return ConstValue(False)
-    return ConstValue(True)
+def truth(tx: Interpreter, v: Value) -> bool:
+    """``bool(v)``, which must not depend on tensor data."""
+    if isinstance(v, TensorValue):
+        raise tx.unsupported(
+            "branching on a tensor's value (it depends on the data)",
+            "use torch.where, or compute the condition outside the compiled code",
+        )
+    if isinstance(v, ConstValue):
+        return bool(v.value)
+    if isinstance(v, (TupleValue, ListValue, NamedTupleValue)):
+        return bool(v.items)
+    if isinstance(v, DictValue):
+        return bool(v.items)
+    if isinstance(v, ModuleValue) and isinstance(v.value, _MODULE_CONTAINERS):
+        return bool(guarded_len(tx, v))
+    if isinstance(v, (UserObjectValue, DataclassValue)):
+        cls = type(v.value) if isinstance(v, UserObjectValue) else v.cls
+        if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
+            raise tx.unsupported(f"the truth of a {cls.__qualname__} object")
+    return True
+
+
+def is_none(v: Value) -> bool:
+    return isinstance(v, ConstValue) and v.value is None
+
+
+def guarded_len(tx: Interpreter, v: ModuleValue) -> int:
+    n = len(v.value)
+    tx.output.guards.add(Guard(GuardKind.EQUALS_MATCH, LenSource(v.source), (int, n)))
+    return n
+
+
+def iterate(tx: Interpreter, v: Value) -> list[Value]:
+    """The items ``iter(v)`` yields (an iterator value is consumed)."""
+    if isinstance(v, (TupleValue, ListValue, NamedTupleValue)):
+        return list(v.items)
+    if isinstance(v, DictValue):
+        return [ConstValue(k) for k in v.items]
+    if isinstance(v, IteratorValue):
+        items = v.items[v.position :]
+        v.position = len(v.items)
+        return items
+    if isinstance(v, ConstValue) and isinstance(
+        v.value, (tuple, list, range, str, bytes, set, frozenset, dict, torch.Size)
+    ):
+        return [constant_value(i) for i in v.value]
+    if isinstance(v, TensorValue):
+        if v.meta.dim() == 0:
+            raise tx.unsupported("iterating over a 0-d tensor")
+        return [get_item(tx, v, ConstValue(i)) for i in range(v.meta.shape[0])]
+    if isinstance(v, ModuleValue) and isinstance(v.value, _MODULE_CONTAINERS):
+        n = guarded_len(tx, v)
+        if isinstance(v.value, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return [ConstValue(k) for k in v.value]
+        return [get_item(tx, v, ConstValue(i)) for i in range(n)]
+    raise tx.unsupported(f"iterating over a {describe_value(v)}")
+
+
+# -- grad mode ------------------------------------------------------------------
+
+
+def set_grad_mode(tx: Interpreter, enabled: bool) -> None:
+    """Switch grad mode now (so meta tensors follow it) and in the graph."""
+    torch._C._set_grad_enabled(enabled)
+    tx.output.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+
+
+def enter_grad_mode(tx: Interpreter, ctx) -> ContextExitValue:
+    if ctx.previous is not None:  # set_grad_enabled(b) already switched
+        return ContextExitValue(ctx.previous)
+    previous = torch.is_grad_enabled()
+    set_grad_mode(tx, ctx.enabled)
+    return ContextExitValue(previous)
 
 
 # -- subscripts -----------------------------------------------------------------
@@ -433,14 +577,43 @@ def get_item(tx: Interpreter, obj: Value, index: Value) -> Value:
         return tx.output.call_tensor_op(
             "call_function", operator.getitem, (obj, index), {}
         )
-    key = _const(tx, index)
-    if isinstance(obj, (TupleValue, ListValue)):
-        picked = obj.items[key]
-        if not isinstance(key, slice):
+    k = constant(tx, index)
+    if isinstance(obj, (TupleValue, ListValue, NamedTupleValue)):
+        picked = obj.items[k]
+        if not isinstance(k, slice):
             return picked
-        return TupleValue(picked) if isinstance(obj, TupleValue) else ListValue(picked)
+        return (
+            ListValue(list(picked))
+            if isinstance(obj, ListValue)
+            else TupleValue(tuple(picked))
+        )
+    if isinstance(obj, DictValue):
+        if k not in obj.items:
+            raise tx.unsupported(f"reading missing key {k!r} (KeyError)")
+        return obj.items[k]
     if isinstance(obj, ModuleValue):
-        return tx.output.wrap(obj.value[key], ItemSource(obj.source, key))
+        if isinstance(k, slice):
+            raise tx.unsupported("slicing a module container")
+        return tx.output.wrap(obj.value[k], ItemSource(obj.source, k))
     if isinstance(obj, ConstValue):
-        return constant_value(obj.value[key])
-    raise tx.unsupported(f"indexing a {type(obj).__name__}")
+        return constant_value(obj.value[k])
+    raise tx.unsupported(f"indexing a {describe_value(obj)}")
+
+
+def set_item(tx: Interpreter, obj: Value, index: Value, value: Value) -> None:
+    """``obj[index] = value`` for tensors and for containers made in the function."""
+    if isinstance(obj, TensorValue):
+        tx.output.call_tensor_op(
+            "call_function", operator.setitem, (obj, index, value), {}
+        )
+        return
+    if obj.source is not None:
+        raise tx.unsupported(
+            f"assigning into a {describe_value(obj)} from outside the function"
+        )
+    if isinstance(obj, ListValue):
+        obj.items[constant(tx, index)] = value
+    elif isinstance(obj, DictValue):
+        obj.items[key(tx, index)] = value
+    else:
+        raise tx.unsupported(f"assigning an item of a {describe_value(obj)}")

@@ -27,11 +27,15 @@ from .output_graph import OutputGraph, tensor_leaves
 from .source import GLOBALS_CELL, ClosureSource, GlobalsSource, Source
 from .variables import (
     ConstValue,
+    DataclassValue,
+    DictValue,
     ListValue,
     ModuleValue,
+    NamedTupleValue,
     ObjectValue,
     TensorValue,
     TupleValue,
+    UserObjectValue,
     Value,
 )
 
@@ -112,11 +116,13 @@ def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> Captur
         output,
         f_globals=fn.__globals__,
         globals_source=GlobalsSource(),
-        closure=fn.__closure__,
+        cells=dict(zip(fn.__code__.co_freevars, fn.__closure__ or ())),
         closure_source=ClosureSource,
         frame_values=f_locals,
     )
-    returned = tx.run()
+    # Capture follows the function's own grad-mode changes; restore them after.
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        returned = tx.run()
     return _finish(fn, output, returned, tx.location())
 
 
@@ -173,13 +179,32 @@ def _rebuild(v: Value, outputs: dict, cells: dict[str, object]) -> str:
         return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
     if isinstance(v, ListValue):
         return f"[{', '.join(_rebuild(i, outputs, cells) for i in v.items)}]"
-    if isinstance(v, ModuleValue) and v.source is not None:
+    if isinstance(v, DictValue):
+        entries = [
+            f"{_constant(k, cells)}: {_rebuild(i, outputs, cells)}"
+            for k, i in v.items.items()
+        ]
+        return "{" + ", ".join(entries) + "}"
+    if isinstance(v, NamedTupleValue):
+        items = ", ".join(_rebuild(i, outputs, cells) for i in v.items)
+        return f"{_constant(v.cls, cells)}({items})"
+    if isinstance(v, DataclassValue):
+        fields = ", ".join(
+            f"{name}={_rebuild(i, outputs, cells)}" for name, i in v.fields.items()
+        )
+        return f"{_constant(v.cls, cells)}({fields})"
+    if isinstance(v, (ModuleValue, UserObjectValue)) and v.source is not None:
         return v.source.code()
     if isinstance(v, (ConstValue, ObjectValue, ModuleValue)):
-        text = transform.literal(v.value)
-        if text is not None:
-            return text
-        name = f"__ember_const{sum(n.startswith('__ember_const') for n in cells)}"
-        cells[name] = v.value
-        return name
+        return _constant(v.value, cells)
     raise TypeError(f"returning a {type(v).__name__}")
+
+
+def _constant(value: object, cells: dict[str, object]) -> str:
+    """A literal for ``value``, or the name of a closure cell holding it."""
+    text = transform.literal(value)
+    if text is not None:
+        return text
+    name = f"__ember_const{sum(n.startswith('__ember_const') for n in cells)}"
+    cells[name] = value
+    return name

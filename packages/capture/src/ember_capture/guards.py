@@ -24,6 +24,7 @@ class GuardKind(enum.Enum):
     ID_MATCH = "id_match"  # functions, classes, modules: by identity
     TYPE_MATCH = "type_match"  # objects whose attributes are read separately
     NO_HOOKS = "no_hooks"  # an inlined nn.Module call: no module or global hooks
+    SAME_OBJECT = "same_object"  # two sources that name one tensor (tied weights)
     KEY_NOT_IN = "key_not_in"  # a builtin read: no module global shadows it
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, deterministic flag
 
@@ -53,9 +54,13 @@ class TensorSpec:
 
 @dataclass(frozen=True, slots=True)
 class GlobalState:
+    """torch's global switches that change what a graph computes."""
+
     grad_enabled: bool
     default_dtype: torch.dtype
     deterministic: bool
+    autocast_cpu: bool
+    autocast_cuda: bool
 
     @classmethod
     def current(cls) -> GlobalState:
@@ -63,6 +68,8 @@ class GlobalState:
             torch.is_grad_enabled(),
             torch.get_default_dtype(),
             torch.are_deterministic_algorithms_enabled(),
+            torch.is_autocast_enabled("cpu"),
+            torch.is_autocast_enabled("cuda"),
         )
 
 
@@ -85,13 +92,16 @@ class Guard:
                 return f"type({where}) is {self.expected.__qualname__}"
             case GuardKind.NO_HOOKS:
                 return f"{where} has no hooks"
+            case GuardKind.SAME_OBJECT:
+                return f"{where} is {self.expected.name()}"
             case GuardKind.KEY_NOT_IN:
                 return f"{self.expected!r} not in {where}"
             case GuardKind.GLOBAL_STATE:
                 s = self.expected
                 return (
                     f"torch.is_grad_enabled() == {s.grad_enabled}, default dtype "
-                    f"{s.default_dtype}, deterministic == {s.deterministic}"
+                    f"{s.default_dtype}, deterministic == {s.deterministic}, "
+                    f"autocast cpu/cuda == {s.autocast_cpu}/{s.autocast_cuda}"
                 )
         raise AssertionError(self.kind)
 
@@ -156,6 +166,10 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
     GuardKind.TYPE_MATCH: (
         "type({v}) is {e}",
         lambda v, e: f"type changed from {e.__qualname__} to {type(v).__qualname__}",
+    ),
+    GuardKind.SAME_OBJECT: (
+        "{v} is {e}",
+        lambda v, e: "is no longer the same object as the source it aliased",
     ),
     GuardKind.NO_HOOKS: (
         "___no_hooks({v})",
@@ -228,7 +242,13 @@ class GuardChecker:
             scope[f"___e{i}"] = guard.expected
             template, _ = _CHECKS[guard.kind]
             value = guard.source.name() if guard.source is not None else "None"
-            terms.append(template.format(v=value, e=f"___e{i}"))
+            # An aliasing guard compares with another source read from the frame.
+            expected = (
+                guard.expected.name()
+                if guard.kind is GuardKind.SAME_OBJECT
+                else f"___e{i}"
+            )
+            terms.append(template.format(v=value, e=expected))
         body = " and ".join(terms) or "True"
         self.source = f"lambda L, G, C: {body}"
         self._fn = eval(self.source, scope)

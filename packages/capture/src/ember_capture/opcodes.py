@@ -12,12 +12,18 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import calls
+from . import builtin_calls, calls
 from .variables import (
     NULL,
+    Cell,
     ConstValue,
+    DictValue,
+    FunctionValue,
+    GradModeValue,
+    IteratorValue,
     ListValue,
     NullValue,
+    ObjectValue,
     TensorValue,
     TupleValue,
     Value,
@@ -51,7 +57,7 @@ def opcode(*names: str, min_ver=(3, 11), max_ver=(3, 11)):
 # -- no-ops and stack shuffles ----------------------------------------------------
 
 
-@opcode("NOP", "RESUME", "PRECALL", "MAKE_CELL", "COPY_FREE_VARS", "EXTENDED_ARG")
+@opcode("NOP", "RESUME", "PRECALL", "COPY_FREE_VARS", "EXTENDED_ARG")
 def _nop(tx, inst):
     pass
 
@@ -99,9 +105,33 @@ def _delete_fast(tx, inst):
     tx.locals.pop(inst.argval, None)
 
 
-@opcode("LOAD_DEREF")
+@opcode("MAKE_CELL")
+def _make_cell(tx, inst):
+    tx.cell(inst.argval)
+
+
+@opcode("LOAD_DEREF", "LOAD_CLASSDEREF")
 def _load_deref(tx, inst):
-    tx.push(tx.load_deref(inst.argval))
+    cell = tx.cell(inst.argval)
+    if cell.value is None:
+        raise tx.unsupported(f"reading {inst.argval!r} before it is assigned")
+    tx.push(cell.value)
+
+
+@opcode("STORE_DEREF")
+def _store_deref(tx, inst):
+    cell = tx.cell(inst.argval)
+    if not cell.writable:
+        raise tx.unsupported(
+            f"assigning to {inst.argval!r}, a variable of an enclosing function",
+            "return the value instead of assigning it with nonlocal",
+        )
+    cell.value = tx.pop()
+
+
+@opcode("LOAD_CLOSURE")
+def _load_closure(tx, inst):
+    tx.push(tx.cell(inst.argval))
 
 
 @opcode("LOAD_GLOBAL")
@@ -121,6 +151,17 @@ def _load_method(tx, inst):
     obj = tx.pop()
     tx.push(NULL)
     tx.push(calls.get_attr(tx, obj, inst.argval))
+
+
+@opcode("LOAD_ASSERTION_ERROR")
+def _load_assertion_error(tx, inst):
+    tx.push(ObjectValue(AssertionError))
+
+
+@opcode("STORE_SUBSCR")
+def _store_subscr(tx, inst):
+    index, container, value = tx.pop(), tx.pop(), tx.pop()
+    calls.set_item(tx, container, index, value)
 
 
 # -- operators --------------------------------------------------------------------
@@ -168,10 +209,8 @@ def _is_op(tx, inst):
 @opcode("CONTAINS_OP")
 def _contains_op(tx, inst):
     container, item = tx.pop(), tx.pop()
-    result = calls.call(tx, ConstValue(operator.contains), [container, item], {})
-    if inst.arg:
-        result = calls.call(tx, ConstValue(operator.not_), [result], {})
-    tx.push(result)
+    op = builtin_calls.not_contains if inst.arg else operator.contains
+    _apply(tx, op, container, item)
 
 
 @opcode("UNARY_NEGATIVE")
@@ -191,19 +230,95 @@ def _unary_invert(tx, inst):
 
 @opcode("UNARY_NOT")
 def _unary_not(tx, inst):
-    value = tx.pop()
-    if isinstance(value, TensorValue):
-        raise tx.unsupported(
-            "`not` on a tensor (it depends on the tensor's data)",
-            "compare explicitly, e.g. torch.logical_not(x)",
-        )
-    _apply(tx, operator.not_, value)
+    tx.push(ConstValue(not calls.truth(tx, tx.pop())))
 
 
 @opcode("BINARY_SUBSCR")
 def _binary_subscr(tx, inst):
     index, obj = tx.pop(), tx.pop()
     tx.push(calls.get_item(tx, obj, index))
+
+
+# -- jumps: conditions must be decided by constants -------------------------------
+
+
+@opcode("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
+def _jump(tx, inst):
+    tx.jump(inst)
+
+
+@opcode("POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE")
+def _pop_jump_if_true(tx, inst):
+    if calls.truth(tx, tx.pop()):
+        tx.jump(inst)
+
+
+@opcode("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE")
+def _pop_jump_if_false(tx, inst):
+    if not calls.truth(tx, tx.pop()):
+        tx.jump(inst)
+
+
+@opcode("POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE")
+def _pop_jump_if_none(tx, inst):
+    if calls.is_none(tx.pop()):
+        tx.jump(inst)
+
+
+@opcode("POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
+def _pop_jump_if_not_none(tx, inst):
+    if not calls.is_none(tx.pop()):
+        tx.jump(inst)
+
+
+@opcode("JUMP_IF_TRUE_OR_POP")
+def _jump_if_true_or_pop(tx, inst):
+    if calls.truth(tx, tx.stack[-1]):
+        tx.jump(inst)
+    else:
+        tx.pop()
+
+
+@opcode("JUMP_IF_FALSE_OR_POP")
+def _jump_if_false_or_pop(tx, inst):
+    if not calls.truth(tx, tx.stack[-1]):
+        tx.jump(inst)
+    else:
+        tx.pop()
+
+
+# -- iteration --------------------------------------------------------------------
+
+
+@opcode("GET_ITER")
+def _get_iter(tx, inst):
+    value = tx.pop()
+    if not isinstance(value, IteratorValue):
+        value = IteratorValue(calls.iterate(tx, value))
+    tx.push(value)
+
+
+@opcode("FOR_ITER")
+def _for_iter(tx, inst):
+    item = tx.stack[-1].next()
+    if item is None:
+        tx.pop()
+        tx.jump(inst)
+    else:
+        tx.push(item)
+
+
+@opcode("RETURN_GENERATOR")
+def _return_generator(tx, inst):
+    tx.push(ConstValue(None))  # the value the first resume sends; popped next
+
+
+@opcode("YIELD_VALUE")
+def _yield_value(tx, inst):
+    if tx.yields is None:
+        raise tx.unsupported("yield outside a generator")
+    tx.yields.append(tx.pop())
+    tx.push(ConstValue(None))  # what the consumer sends back: next() sends None
 
 
 # -- containers -------------------------------------------------------------------
@@ -219,13 +334,85 @@ def _build_list(tx, inst):
     tx.push(ListValue(tx.popn(inst.arg)))
 
 
+@opcode("BUILD_SET")
+def _build_set(tx, inst):
+    items = tx.popn(inst.arg)
+    tx.push(calls.call(tx, ConstValue(set), [TupleValue(tuple(items))], {}))
+
+
+@opcode("BUILD_MAP")
+def _build_map(tx, inst):
+    flat = tx.popn(2 * inst.arg)
+    tx.push(DictValue({calls.key(tx, k): v for k, v in zip(flat[::2], flat[1::2])}))
+
+
+@opcode("BUILD_CONST_KEY_MAP")
+def _build_const_key_map(tx, inst):
+    keys = calls.constant(tx, tx.pop())
+    tx.push(DictValue(dict(zip(keys, tx.popn(inst.arg)))))
+
+
+@opcode("BUILD_STRING")
+def _build_string(tx, inst):
+    parts = [calls.constant(tx, p) for p in tx.popn(inst.arg)]
+    tx.push(ConstValue("".join(parts)))
+
+
+@opcode("FORMAT_VALUE")
+def _format_value(tx, inst):
+    spec = calls.constant(tx, tx.pop()) if inst.arg & 0x04 else ""
+    value = tx.pop()
+    if isinstance(value, TensorValue):
+        raise tx.unsupported(
+            "formatting a tensor into a string (it reads the tensor's data)"
+        )
+    converted = {0: None, 1: str, 2: repr, 3: ascii}[inst.arg & 0x03]
+    text = calls.constant(tx, value)
+    tx.push(ConstValue(format(converted(text) if converted else text, spec)))
+
+
+@opcode("LIST_APPEND")
+def _list_append(tx, inst):
+    item = tx.pop()
+    tx.stack[-inst.arg].items.append(item)
+
+
+@opcode("SET_ADD")
+def _set_add(tx, inst):
+    item = calls.constant(tx, tx.pop())
+    tx.stack[-inst.arg].value.add(item)
+
+
+@opcode("MAP_ADD")
+def _map_add(tx, inst):
+    value, key = tx.pop(), tx.pop()
+    tx.stack[-inst.arg].items[calls.key(tx, key)] = value
+
+
 @opcode("LIST_EXTEND")
 def _list_extend(tx, inst):
     items = tx.pop()
     target = tx.stack[-inst.arg]
-    if not isinstance(target, ListValue) or target.source is not None:
-        raise tx.unsupported("extending a list read from outside the function")
-    target.items.extend(_sequence_items(tx, items))
+    target.items.extend(calls.iterate(tx, items))
+
+
+@opcode("SET_UPDATE")
+def _set_update(tx, inst):
+    items = tx.pop()
+    tx.stack[-inst.arg].value.update(
+        calls.constant(tx, i) for i in calls.iterate(tx, items)
+    )
+
+
+@opcode("DICT_UPDATE", "DICT_MERGE")
+def _dict_update(tx, inst):
+    other = tx.pop()
+    target = tx.stack[-inst.arg]
+    if not isinstance(other, DictValue):
+        raise tx.unsupported(f"merging a {type(other).__name__} into a dict")
+    if inst.opname == "DICT_MERGE" and set(target.items) & set(other.items):
+        raise tx.unsupported("a keyword argument given twice")
+    target.items.update(other.items)
 
 
 @opcode("LIST_TO_TUPLE")
@@ -241,24 +428,40 @@ def _build_slice(tx, inst):
 
 @opcode("UNPACK_SEQUENCE")
 def _unpack_sequence(tx, inst):
-    items = _sequence_items(tx, tx.pop())
+    items = calls.iterate(tx, tx.pop())
     if len(items) != inst.arg:
         raise tx.unsupported(f"unpacking {len(items)} values into {inst.arg} names")
     tx.stack.extend(reversed(items))
 
 
-def _sequence_items(tx: Interpreter, seq: Value) -> list[Value]:
-    if isinstance(seq, (TupleValue, ListValue)):
-        return list(seq.items)
-    if isinstance(seq, ConstValue) and isinstance(seq.value, (tuple, list)):
-        return [calls.constant_value(v) for v in seq.value]
-    if isinstance(seq, TensorValue):
-        n = seq.meta.shape[0] if seq.meta.dim() else 0
-        return [calls.get_item(tx, seq, ConstValue(i)) for i in range(n)]
-    raise tx.unsupported(f"unpacking a {type(seq).__name__}")
+@opcode("UNPACK_EX")
+def _unpack_ex(tx, inst):
+    before, after = inst.arg & 0xFF, inst.arg >> 8
+    items = calls.iterate(tx, tx.pop())
+    if len(items) < before + after:
+        raise tx.unsupported(f"unpacking {len(items)} values into {before + after}+")
+    middle = ListValue(items[before : len(items) - after])
+    tx.stack.extend(reversed([*items[:before], middle, *items[len(items) - after :]]))
 
 
-# -- calls and return ----------------------------------------------------------------
+# -- functions, calls and return -----------------------------------------------------
+
+
+@opcode("MAKE_FUNCTION")
+def _make_function(tx, inst):
+    code = calls.constant(tx, tx.pop())
+    closure = tuple(tx.pop().items) if inst.arg & 0x08 else ()
+    if inst.arg & 0x04:
+        tx.pop()  # annotations do not change what the function computes
+    kwdefaults = tx.pop().items if inst.arg & 0x02 else {}
+    defaults = tuple(tx.pop().items) if inst.arg & 0x01 else ()
+    if not all(isinstance(c, Cell) for c in closure):
+        raise tx.unsupported("a closure over something that is not a variable")
+    tx.push(
+        FunctionValue(
+            code, defaults, kwdefaults, closure, tx.f_globals, tx.globals_source
+        )
+    )
 
 
 @opcode("KW_NAMES")
@@ -281,13 +484,31 @@ def _call(tx, inst):
 
 @opcode("CALL_FUNCTION_EX")
 def _call_function_ex(tx, inst):
-    if inst.arg & 1:
-        raise tx.unsupported("calling with **kwargs unpacking")
-    args = _sequence_items(tx, tx.pop())
+    kwargs = tx.pop() if inst.arg & 1 else DictValue({})
+    args = calls.iterate(tx, tx.pop())
     fn = tx.pop()
-    if isinstance(tx.stack[-1], NullValue):
+    if tx.stack and isinstance(tx.stack[-1], NullValue):
         tx.pop()
-    tx.push(calls.call(tx, fn, args, {}))
+    if not isinstance(kwargs, DictValue):
+        raise tx.unsupported(f"calling with **{type(kwargs).__name__}")
+    tx.push(
+        calls.call(
+            tx, fn, args, {calls.keyword(tx, k): v for k, v in kwargs.items.items()}
+        )
+    )
+
+
+@opcode("BEFORE_WITH")
+def _before_with(tx, inst):
+    ctx = tx.pop()
+    if not isinstance(ctx, GradModeValue):
+        raise tx.unsupported(
+            f"a with-block over a {calls.describe_value(ctx)}",
+            "ember captures with-blocks over torch.no_grad, torch.enable_grad and "
+            "torch.set_grad_enabled",
+        )
+    tx.push(calls.enter_grad_mode(tx, ctx))
+    tx.push(ConstValue(None))  # what __enter__ returns for these managers
 
 
 @opcode("RETURN_VALUE")

@@ -8,6 +8,7 @@ node and computes its example output on meta tensors.
 from __future__ import annotations
 
 import builtins
+import collections
 import operator
 import os
 import re
@@ -20,11 +21,15 @@ import torch.fx
 
 from .errors import CaptureError
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
-from .source import ItemSource, LenSource, Source
+from .source import AttrSource, ItemSource, KeysSource, LenSource, Source
 from .variables import (
+    BoundFunctionValue,
     ConstValue,
+    DataclassValue,
+    DictValue,
     ListValue,
     ModuleValue,
+    NamedTupleValue,
     ObjectValue,
     TensorValue,
     TupleValue,
@@ -75,7 +80,9 @@ class OutputGraph:
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
         self._inputs_by_source: dict[Source, TensorValue] = {}
+        self._inputs_by_id: dict[int, TensorValue] = {}  # inputs stay alive: ids hold
         self.frames: list = []  # the interpreters now running, innermost last
+        self.steps = 0  # bytecode instructions interpreted, over all frames
 
     # -- values from the frame -------------------------------------------------
 
@@ -89,7 +96,7 @@ class OutputGraph:
         if isinstance(value, torch.nn.Module):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             return ModuleValue(value, source)
-        if type(value) in (tuple, list):
+        if type(value) in (tuple, list) or _is_namedtuple(value):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             self.guards.add(
                 Guard(GuardKind.EQUALS_MATCH, LenSource(source), (int, len(value)))
@@ -97,7 +104,24 @@ class OutputGraph:
             items = [self.wrap(v, ItemSource(source, i)) for i, v in enumerate(value)]
             if type(value) is list:
                 return ListValue(items, source)
-            return TupleValue(tuple(items), source)
+            if type(value) is tuple:
+                return TupleValue(tuple(items), source)
+            return NamedTupleValue(type(value), tuple(items), source)
+        if type(value) in (dict, collections.OrderedDict):
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
+            keys = list(value)
+            self.guards.add(
+                Guard(GuardKind.EQUALS_MATCH, KeysSource(source), (list, keys))
+            )
+            items = {k: self.wrap(value[k], ItemSource(source, k)) for k in keys}
+            return DictValue(items, source)
+        if isinstance(value, types.MethodType) and isinstance(
+            value.__func__, types.FunctionType
+        ):
+            receiver = self.wrap(value.__self__, AttrSource(source, "__self__"))
+            func_source = AttrSource(source, "__func__")
+            self.guards.add(Guard(GuardKind.ID_MATCH, func_source, value.__func__))
+            return BoundFunctionValue(value.__func__, receiver, func_source)
         if isinstance(value, IDENTITY_TYPES) or callable(value):
             self.guards.add(Guard(GuardKind.ID_MATCH, source, value))
             return ObjectValue(value, source)
@@ -126,6 +150,11 @@ class OutputGraph:
     def _tensor_input(self, value: torch.Tensor, source: Source) -> TensorValue:
         if source in self._inputs_by_source:
             return self._inputs_by_source[source]
+        first = self._inputs_by_id.get(id(value))
+        if first is not None:  # one tensor under two names: one graph input
+            self.guards.add(Guard(GuardKind.SAME_OBJECT, source, first.source))
+            self._inputs_by_source[source] = first
+            return first
         if value.layout is not torch.strided or type(value) not in (
             torch.Tensor,
             torch.nn.Parameter,
@@ -145,6 +174,7 @@ class OutputGraph:
         self.example_inputs.append(value)
         wrapped = TensorValue(node, meta, value.device, source, type(value))
         self._inputs_by_source[source] = wrapped
+        self._inputs_by_id[id(value)] = wrapped
         return wrapped
 
     # -- tensor operations -------------------------------------------------------
@@ -184,15 +214,20 @@ class OutputGraph:
         return self._unpack_result(node, result, device, kind, target)
 
     def _unpack_result(self, node, result, device, kind, target) -> Value:
+        if result is None:  # an in-place op such as setitem
+            return ConstValue(None)
         if isinstance(result, torch.Tensor):
             node.meta["example_value"] = result
             return TensorValue(node, _to_meta(result), device)
-        if isinstance(result, (tuple, list)) and all(
+        if isinstance(result, (tuple, list)) and any(
             isinstance(r, torch.Tensor) for r in result
         ):
             node.meta["example_value"] = tuple(result)
             items = []
             for i, r in enumerate(result):
+                if not isinstance(r, torch.Tensor):
+                    items.append(ConstValue(r))
+                    continue
                 item = self.graph.call_function(operator.getitem, (node, i))
                 item.meta["example_value"] = r
                 items.append(TensorValue(item, _to_meta(r), device))
@@ -228,6 +263,10 @@ class OutputGraph:
         return CaptureError(reason, *user, hint)
 
 
+def _is_namedtuple(value: object) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
 def _placeholder_name(source: Source) -> str:
     return re.sub(r"\W+", "_", source.name()).strip("_").lower() or "input"
 
@@ -253,7 +292,9 @@ def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
         return list(plain) if isinstance(v, (ListValue, list)) else tuple(plain)
     if isinstance(v, dict):
         return {k: _plain(i, tensor_leaf) for k, i in v.items()}
-    raise TypeError(f"passing a {type(v).__name__} to a tensor op")
+    if isinstance(v, Value):
+        raise TypeError(f"passing a {type(v).__name__} to a tensor op")
+    return v  # a plain Python constant the interpreter passed itself
 
 
 def _node_of(v: TensorValue) -> torch.fx.Node:
@@ -267,8 +308,14 @@ def _meta_of(v: TensorValue) -> torch.Tensor:
 def tensor_leaves(v: object):
     if isinstance(v, TensorValue):
         yield v
-    elif isinstance(v, (TupleValue, ListValue)):
+    elif isinstance(v, (TupleValue, ListValue, NamedTupleValue)):
         for i in v.items:
+            yield from tensor_leaves(i)
+    elif isinstance(v, DictValue):
+        for i in v.items.values():
+            yield from tensor_leaves(i)
+    elif isinstance(v, DataclassValue):
+        for i in v.fields.values():
             yield from tensor_leaves(i)
     elif isinstance(v, (tuple, list)):
         for i in v:

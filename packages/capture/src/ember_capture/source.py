@@ -112,3 +112,16 @@ class LenSource(Source):
 
     def code(self) -> str:
         return f"len({self.base.code()})"
+
+
+@dataclass(frozen=True, slots=True)
+class KeysSource(Source):
+    """``list(base)``: the keys of a dict read from the frame, in order."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"list({self.base.name()})"
+
+    def code(self) -> str:
+        return f"list({self.base.code()})"

@@ -76,11 +76,107 @@ class ListValue(Value):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class DictValue(Value):
+    """A dict with constant keys; built in the function or read from the frame."""
+
+    items: dict[object, Value] = field(default_factory=dict)
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NamedTupleValue(Value):
+    cls: type
+    items: tuple[Value, ...]
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DataclassValue(Value):
+    """An instance of a dataclass built inside the function, field by field."""
+
+    cls: type
+    fields: dict[str, Value]
+    source: Source | None = None
+
+
+@dataclass(slots=True, eq=False)
+class IteratorValue(Value):
+    """An iterator over known items; FOR_ITER advances ``position``."""
+
+    items: list[Value]
+    position: int = 0
+    source: Source | None = None
+
+    def next(self) -> Value | None:
+        if self.position >= len(self.items):
+            return None
+        self.position += 1
+        return self.items[self.position - 1]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class MethodValue(Value):
-    """``obj.name`` where calling it calls the method on ``obj`` (a bound method)."""
+    """``obj.name`` for a tensor or constant: calling it calls the method on ``obj``."""
 
     receiver: Value
     name: str
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BoundFunctionValue(Value):
+    """A Python function bound to ``receiver`` (methods of modules and objects,
+    classmethods, functions found through super()); calls are inlined."""
+
+    func: object  # a types.FunctionType
+    receiver: Value
+    source: Source | None = None  # where ``func`` itself can be read
+
+
+@dataclass(slots=True, eq=False)
+class Cell:
+    """A closure cell shared by a frame and the functions it defines."""
+
+    value: Value | None = None
+    writable: bool = True  # False for the compiled function's own real cells
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FunctionValue(Value):
+    """A function defined while interpreting (def, lambda, comprehension)."""
+
+    code: object  # a types.CodeType
+    defaults: tuple[Value, ...]
+    kwdefaults: dict[str, Value]
+    closure: tuple[Cell, ...]
+    f_globals: dict
+    globals_source: Source | None
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GradModeValue(Value):
+    """torch.no_grad() / enable_grad() / set_grad_enabled(b): a context manager."""
+
+    enabled: bool
+    previous: bool | None = None  # set_grad_enabled switches at the call: the mode
+    source: Source | None = None  # to restore on exit; None for the others
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ContextExitValue(Value):
+    """The ``__exit__`` BEFORE_WITH leaves on the stack for a grad-mode block."""
+
+    restore: bool  # the grad mode to go back to
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SuperValue(Value):
+    """``super()`` inside a method: attribute lookup starts after ``cls``."""
+
+    cls: type
+    receiver: Value
     source: Source | None = None
 
 

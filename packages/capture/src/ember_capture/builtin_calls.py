@@ -1,0 +1,488 @@
+"""Callables with a meaning of their own: builtins, grad-mode managers, classes.
+
+``HANDLERS`` maps a real callable (``len``, ``zip``, ``torch.no_grad``...) to the
+function that interprets a call of it; ``METHOD_HANDLERS`` maps (value kind, method
+name) to the same for methods of lists, tuples and dicts. Each handler is registered
+next to its code.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from . import calls
+from .variables import (
+    ConstValue,
+    DataclassValue,
+    DictValue,
+    GradModeValue,
+    IteratorValue,
+    ListValue,
+    ModuleValue,
+    NamedTupleValue,
+    ObjectValue,
+    SuperValue,
+    TensorValue,
+    TupleValue,
+    UserObjectValue,
+    Value,
+)
+
+if TYPE_CHECKING:
+    from .bytecode_interp import Interpreter
+
+HANDLERS: dict[object, Callable[..., Value]] = {}
+METHOD_HANDLERS: dict[tuple[type, str], Callable[..., Value]] = {}
+
+
+def handles(*targets: object):
+    def register(handler):
+        for target in targets:
+            HANDLERS[target] = handler
+        return handler
+
+    return register
+
+
+def handles_method(kinds: tuple[type, ...], *names: str):
+    def register(handler):
+        for kind in kinds:
+            for name in names:
+                METHOD_HANDLERS[(kind, name)] = handler
+        return handler
+
+    return register
+
+
+# -- builtins -----------------------------------------------------------------------
+
+
+@handles(builtins.len)
+def _len(tx, obj: Value) -> Value:
+    if isinstance(obj, (TupleValue, ListValue, NamedTupleValue, DictValue)):
+        return ConstValue(len(obj.items))
+    if isinstance(obj, TensorValue):
+        if obj.meta.dim() == 0:
+            raise tx.unsupported("len() of a 0-d tensor")
+        return ConstValue(obj.meta.shape[0])
+    if isinstance(obj, ModuleValue):
+        return ConstValue(calls.guarded_len(tx, obj))
+    return ConstValue(len(calls.constant(tx, obj)))
+
+
+@handles(builtins.isinstance)
+def _isinstance(tx, obj: Value, classes: Value) -> Value:
+    return ConstValue(issubclass(python_type(obj), calls.constant(tx, classes)))
+
+
+@handles(builtins.type)
+def _type(tx, obj: Value, *rest: Value) -> Value:
+    if rest:
+        raise tx.unsupported("creating a class with type(name, bases, dict)")
+    return ObjectValue(python_type(obj))
+
+
+def python_type(v: Value) -> type:
+    """The Python type of the real object a value stands for."""
+    if isinstance(v, TensorValue):
+        return v.python_type
+    if isinstance(v, (ConstValue, ObjectValue, ModuleValue, UserObjectValue)):
+        return type(v.value)
+    if isinstance(v, (NamedTupleValue, DataclassValue)):
+        return v.cls
+    kinds = {TupleValue: tuple, ListValue: list, DictValue: dict}
+    return kinds.get(type(v), object)
+
+
+@handles(builtins.getattr)
+def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value:
+    attr = calls.constant(tx, name)
+    if default is None:
+        return calls.get_attr(tx, obj, attr)
+    try:
+        return calls.get_attr(tx, obj, attr)
+    except AttributeError:
+        return default
+
+
+@handles(builtins.hasattr)
+def _hasattr(tx, obj: Value, name: Value) -> Value:
+    try:
+        calls.get_attr(tx, obj, calls.constant(tx, name))
+    except AttributeError:
+        return ConstValue(False)
+    return ConstValue(True)
+
+
+@handles(builtins.iter)
+def _iter(tx, obj: Value) -> Value:
+    return (
+        obj if isinstance(obj, IteratorValue) else IteratorValue(calls.iterate(tx, obj))
+    )
+
+
+@handles(builtins.next)
+def _next(tx, it: Value, default: Value | None = None) -> Value:
+    if not isinstance(it, IteratorValue):
+        raise tx.unsupported(f"next() of a {calls.describe_value(it)}")
+    item = it.next()
+    if item is None:
+        if default is None:
+            raise tx.unsupported("next() of an exhausted iterator (StopIteration)")
+        return default
+    return item
+
+
+@handles(builtins.list)
+def _list(tx, obj: Value | None = None) -> Value:
+    return ListValue([] if obj is None else calls.iterate(tx, obj))
+
+
+@handles(builtins.tuple)
+def _tuple(tx, obj: Value | None = None) -> Value:
+    return TupleValue(() if obj is None else tuple(calls.iterate(tx, obj)))
+
+
+@handles(builtins.dict)
+def _dict(tx, obj: Value | None = None, **kwargs: Value) -> Value:
+    items: dict[object, Value] = {}
+    if isinstance(obj, DictValue):
+        items.update(obj.items)
+    elif obj is not None:
+        for pair in calls.iterate(tx, obj):
+            k, v = calls.iterate(tx, pair)
+            items[calls.key(tx, k)] = v
+    items.update(kwargs)
+    return DictValue(items)
+
+
+@handles(builtins.zip)
+def _zip(tx, *iterables: Value, strict: Value | None = None) -> Value:
+    columns = [calls.iterate(tx, it) for it in iterables]
+    strict_on = strict is not None and calls.constant(tx, strict)
+    if strict_on and len({len(c) for c in columns}) > 1:
+        raise tx.unsupported("zip(strict=True) over different lengths")
+    return IteratorValue([TupleValue(row) for row in zip(*columns)])
+
+
+@handles(builtins.enumerate)
+def _enumerate(tx, iterable: Value, start: Value | None = None) -> Value:
+    first = 0 if start is None else calls.constant(tx, start)
+    items = calls.iterate(tx, iterable)
+    return IteratorValue(
+        [TupleValue((ConstValue(first + i), v)) for i, v in enumerate(items)]
+    )
+
+
+@handles(builtins.reversed)
+def _reversed(tx, seq: Value) -> Value:
+    return IteratorValue(list(reversed(calls.iterate(tx, seq))))
+
+
+@handles(builtins.sum)
+def _sum(tx, iterable: Value, start: Value | None = None) -> Value:
+    total = ConstValue(0) if start is None else start
+    for item in calls.iterate(tx, iterable):
+        total = calls.call(tx, ConstValue(operator.add), [total, item], {})
+    return total
+
+
+def _min_max(fn: Callable) -> Callable[..., Value]:
+    def handler(tx, *args: Value, **kwargs: Value) -> Value:
+        items = calls.iterate(tx, args[0]) if len(args) == 1 else list(args)
+        if any(isinstance(i, TensorValue) for i in items):
+            raise tx.unsupported(
+                f"{fn.__name__}() over tensors (it compares their data)",
+                "use torch.minimum / torch.maximum",
+            )
+        return calls.fold(tx, fn, [TupleValue(tuple(items))], kwargs)
+
+    return handler
+
+
+def _any_all(fn: Callable) -> Callable[..., Value]:
+    def handler(tx, iterable: Value) -> Value:
+        return ConstValue(fn(calls.truth(tx, i) for i in calls.iterate(tx, iterable)))
+
+    return handler
+
+
+for _fn in (builtins.min, builtins.max):
+    HANDLERS[_fn] = _min_max(_fn)
+for _fn in (builtins.any, builtins.all):
+    HANDLERS[_fn] = _any_all(_fn)
+
+
+@handles(builtins.abs)
+def _abs(tx, obj: Value) -> Value:
+    return calls.call(tx, ConstValue(operator.abs), [obj], {})
+
+
+@handles(builtins.print)
+def _print(tx, *args: Value, **kwargs: Value) -> Value:
+    raise tx.unsupported(
+        "print() inside the compiled function",
+        "remove the print, or print the returned values instead",
+    )
+
+
+@handles(builtins.super)
+def _super(tx, *args: Value) -> Value:
+    if args:
+        cls, receiver = args
+        return SuperValue(calls.constant(tx, cls), receiver)
+    if "__class__" not in tx.code.co_freevars or not tx.code.co_varnames:
+        raise tx.unsupported("super() outside a method")
+    cls = tx.cell("__class__").value
+    receiver = tx.load_local(tx.code.co_varnames[0])
+    return SuperValue(calls.constant(tx, cls), receiver)
+
+
+# -- operators that are not tensor ops on every input -----------------------------
+
+
+@handles(operator.is_)
+def _is(tx, a: Value, b: Value) -> Value:
+    return ConstValue(_same_object(a, b))
+
+
+@handles(operator.is_not)
+def _is_not(tx, a: Value, b: Value) -> Value:
+    return ConstValue(not _same_object(a, b))
+
+
+def _same_object(a: Value, b: Value) -> bool:
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        return (
+            isinstance(a, TensorValue)
+            and isinstance(b, TensorValue)
+            and (a.node is b.node)
+        )
+    if hasattr(a, "value") and hasattr(b, "value"):
+        return a.value is b.value
+    return a is b
+
+
+@handles(operator.contains)
+def _contains(tx, container: Value, item: Value) -> Value:
+    if isinstance(container, TensorValue) or isinstance(item, TensorValue):
+        raise tx.unsupported("`in` with a tensor (it compares tensor data)")
+    if isinstance(container, DictValue):
+        return ConstValue(calls.key(tx, item) in container.items)
+    if isinstance(container, ModuleValue):
+        calls.iterate(tx, container)  # guards the container's length
+        return ConstValue(calls.constant(tx, item) in container.value)
+    return ConstValue(calls.constant(tx, item) in calls.constant(tx, container))
+
+
+def not_contains(container: object, item: object) -> bool:
+    """``item not in container``: what CONTAINS_OP with its invert bit computes."""
+    return item not in container
+
+
+@handles(not_contains)
+def _not_contains(tx, container: Value, item: Value) -> Value:
+    return ConstValue(not _contains(tx, container, item).value)
+
+
+@handles(operator.getitem)
+def _getitem(tx, obj: Value, index: Value) -> Value:
+    return calls.get_item(tx, obj, index)
+
+
+# -- grad mode ------------------------------------------------------------------------
+
+
+@handles(torch.no_grad)
+def _no_grad(tx) -> Value:
+    return GradModeValue(False)
+
+
+@handles(torch.enable_grad)
+def _enable_grad(tx) -> Value:
+    return GradModeValue(True)
+
+
+@handles(torch.set_grad_enabled)
+def _set_grad_enabled(tx, mode: Value) -> Value:
+    # Like torch, the switch happens at the call, with or without a with-block.
+    enabled = bool(calls.constant(tx, mode))
+    previous = torch.is_grad_enabled()
+    calls.set_grad_mode(tx, enabled)
+    return GradModeValue(enabled, previous)
+
+
+# -- constructing objects -------------------------------------------------------------
+
+
+def construct(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
+    """``cls(*args, **kwargs)`` for the classes capture can build: namedtuples and
+    dataclasses with the generated __init__."""
+    cls = cls_value.value
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return NamedTupleValue(cls, tuple(_bind_fields(tx, cls, args, kwargs)))
+    if dataclasses.is_dataclass(cls) and _plain_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        values = _bind_fields(tx, cls, args, kwargs)
+        return DataclassValue(cls, dict(zip(names, values)))
+    raise tx.unsupported(
+        f"constructing a {calls.describe(cls)}",
+        "build the object outside the compiled function and pass it in",
+    )
+
+
+def _plain_dataclass(cls: type) -> bool:
+    fields = dataclasses.fields(cls)
+    return (
+        not hasattr(cls, "__post_init__")
+        and cls.__dataclass_params__.init
+        and all(f.init for f in fields)
+    )
+
+
+def _bind_fields(tx, cls: type, args, kwargs) -> list[Value]:
+    if hasattr(cls, "_fields"):
+        names, defaults = list(cls._fields), dict(cls._field_defaults)
+    else:
+        fields = dataclasses.fields(cls)
+        names = [f.name for f in fields]
+        defaults = {
+            f.name: f.default for f in fields if f.default is not dataclasses.MISSING
+        }
+    if len(args) > len(names):
+        raise tx.unsupported(f"{cls.__qualname__}() with too many arguments")
+    bound = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name not in names or name in bound:
+            raise tx.unsupported(f"{cls.__qualname__}() with argument {name!r}")
+        bound[name] = value
+    for name in names:
+        if name not in bound:
+            if name not in defaults:
+                raise tx.unsupported(f"{cls.__qualname__}() missing {name!r}")
+            bound[name] = calls.constant_value(defaults[name])
+    return [bound[name] for name in names]
+
+
+# -- methods of lists, tuples and dicts ------------------------------------------------
+
+
+def _local(tx, container: Value, method: str) -> None:
+    if container.source is not None:
+        raise tx.unsupported(
+            f".{method}() on a {calls.describe_value(container)} from outside the "
+            "function (a side effect)"
+        )
+
+
+@handles_method((DictValue,), "items")
+def _dict_items(tx, d: DictValue) -> Value:
+    return ListValue([TupleValue((ConstValue(k), v)) for k, v in d.items.items()])
+
+
+@handles_method((DictValue,), "keys")
+def _dict_keys(tx, d: DictValue) -> Value:
+    return ListValue([ConstValue(k) for k in d.items])
+
+
+@handles_method((DictValue,), "values")
+def _dict_values(tx, d: DictValue) -> Value:
+    return ListValue(list(d.items.values()))
+
+
+@handles_method((DictValue,), "get")
+def _dict_get(tx, d: DictValue, k: Value, default: Value | None = None) -> Value:
+    return d.items.get(calls.key(tx, k), default or ConstValue(None))
+
+
+@handles_method((DictValue,), "copy")
+def _dict_copy(tx, d: DictValue) -> Value:
+    return DictValue(dict(d.items))
+
+
+@handles_method((DictValue,), "update")
+def _dict_update(tx, d: DictValue, other: Value | None = None, **kwargs) -> Value:
+    _local(tx, d, "update")
+    d.items.update(_dict(tx, other, **kwargs).items)
+    return ConstValue(None)
+
+
+@handles_method((DictValue,), "setdefault")
+def _dict_setdefault(tx, d: DictValue, k: Value, default: Value | None = None):
+    _local(tx, d, "setdefault")
+    return d.items.setdefault(calls.key(tx, k), default or ConstValue(None))
+
+
+@handles_method((DictValue, ListValue), "pop")
+def _pop(tx, container: Value, *args: Value) -> Value:
+    _local(tx, container, "pop")
+    if isinstance(container, DictValue):
+        k = calls.key(tx, args[0])
+        if k not in container.items:
+            if len(args) == 1:
+                raise tx.unsupported(f"popping missing key {k!r} (KeyError)")
+            return args[1]
+        return container.items.pop(k)
+    index = calls.constant(tx, args[0]) if args else -1
+    if not container.items:
+        raise tx.unsupported("popping from an empty list (IndexError)")
+    return container.items.pop(index)
+
+
+@handles_method((ListValue,), "append")
+def _list_append(tx, lst: ListValue, item: Value) -> Value:
+    _local(tx, lst, "append")
+    lst.items.append(item)
+    return ConstValue(None)
+
+
+@handles_method((ListValue,), "extend")
+def _list_extend(tx, lst: ListValue, items: Value) -> Value:
+    _local(tx, lst, "extend")
+    lst.items.extend(calls.iterate(tx, items))
+    return ConstValue(None)
+
+
+@handles_method((ListValue,), "insert")
+def _list_insert(tx, lst: ListValue, index: Value, item: Value) -> Value:
+    _local(tx, lst, "insert")
+    lst.items.insert(calls.constant(tx, index), item)
+    return ConstValue(None)
+
+
+@handles_method((ListValue,), "reverse")
+def _list_reverse(tx, lst: ListValue) -> Value:
+    _local(tx, lst, "reverse")
+    lst.items.reverse()
+    return ConstValue(None)
+
+
+@handles_method((ListValue,), "copy")
+def _list_copy(tx, lst: ListValue) -> Value:
+    return ListValue(list(lst.items))
+
+
+@handles_method((ListValue, TupleValue, NamedTupleValue), "count")
+def _count(tx, seq: Value, item: Value) -> Value:
+    consts = [calls.constant(tx, i) for i in seq.items]
+    return ConstValue(consts.count(calls.constant(tx, item)))
+
+
+@handles_method((ListValue, TupleValue, NamedTupleValue), "index")
+def _index(tx, seq: Value, item: Value) -> Value:
+    consts = [calls.constant(tx, i) for i in seq.items]
+    target = calls.constant(tx, item)
+    if target not in consts:
+        raise tx.unsupported(f"{target!r} is not in the sequence (ValueError)")
+    return ConstValue(consts.index(target))
+
+
+@handles_method((NamedTupleValue,), "_asdict")
+def _asdict(tx, nt: NamedTupleValue) -> Value:
+    return DictValue(dict(zip(nt.cls._fields, nt.items)))

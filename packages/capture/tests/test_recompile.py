@@ -1,0 +1,172 @@
+"""Changes that must invalidate a captured entry, counted like a dispatcher does:
+each change captures exactly once more, results always equal eager, and going back
+to an earlier input kind reuses its entry."""
+
+import torch
+from conftest import CaptureCache, assert_tree_equal
+
+FACTOR = 2.0
+
+
+def check(cache, fn, calls):
+    """Run ``calls`` (arg tuples, expected capture count after each) on ``cache``."""
+    for args, captures in calls:
+        assert_tree_equal(cache(*args), fn(*args))
+        assert cache.captures == captures, (args, cache.captures)
+
+
+def scaled(x, n, mode, flag):
+    y = x * n if flag else x
+    return y.sum() if mode == "sum" else y.mean()
+
+
+def test_python_arguments_shape_dtype_and_requires_grad():
+    cache = CaptureCache(scaled)
+    x = torch.randn(3, 4)
+    check(
+        cache,
+        scaled,
+        [
+            ((x, 2, "sum", True), 1),
+            ((torch.randn(3, 4), 2, "sum", True), 1),  # fresh data: same entry
+            ((x, 3, "sum", True), 2),  # int argument
+            ((x, 3, "mean", True), 3),  # str argument
+            ((x, 3, "mean", False), 4),  # bool argument
+            ((torch.randn(5, 4), 2, "sum", True), 5),  # shape
+            ((x.double(), 2, "sum", True), 6),  # dtype
+            ((x.t().contiguous().t(), 2, "sum", True), 7),  # strides
+            ((x, 2, "sum", True), 7),  # back to the first kind: reused
+        ],
+    )
+    with torch.no_grad():
+        check(cache, scaled, [((x, 2, "sum", True), 8)])  # grad mode
+    xg = torch.randn(3, 4, requires_grad=True)
+    out = cache(xg, 2, "sum", True)
+    assert cache.captures == 9 and out.requires_grad
+
+
+def uses_global(x):
+    return x * FACTOR
+
+
+def test_global_value_change():
+    global FACTOR
+    cache = CaptureCache(uses_global)
+    x = torch.randn(3)
+    check(cache, uses_global, [((x,), 1), ((x,), 1)])
+    try:
+        FACTOR = 5.0
+        check(cache, uses_global, [((x,), 2)])
+    finally:
+        FACTOR = 2.0
+    check(cache, uses_global, [((x,), 2)])
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.scale = 1.0
+        self.drop = torch.nn.Dropout(0.0)
+
+    def forward(self, x):
+        y = self.fc(x) * self.scale
+        if self.training:
+            y = y + 1
+        return self.drop(y)
+
+
+def test_module_attribute_training_flag_and_replaced_submodule():
+    block = Block()
+    cache = CaptureCache(block.forward)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        check(cache, block, [((x,), 1), ((x,), 1)])
+        block.scale = 3.0
+        check(cache, block, [((x,), 2)])
+        block.eval()
+        check(cache, block, [((x,), 3)])
+        block.fc = torch.nn.Linear(4, 4)  # same type: parameters are read per call
+        check(cache, block, [((x,), 3)])
+        block.fc = torch.nn.Sequential(torch.nn.Linear(4, 4))  # another type
+        check(cache, block, [((x,), 4)])
+        block.fc[0].weight.mul_(2.0)  # new values, same metadata: no recompile
+        check(cache, block, [((x,), 4)])
+
+
+def total(xs):
+    out = 0
+    for x in xs:
+        out = out + x
+    return out
+
+
+def test_list_length_and_element_kinds():
+    cache = CaptureCache(total)
+    a, b, c = torch.randn(3), torch.randn(3), torch.randn(3)
+    check(
+        cache,
+        total,
+        [
+            (([a, b],), 1),
+            (([b, a],), 1),
+            (([a, b, c],), 2),  # another length
+            (([a, 2.0],), 3),  # an element of another kind
+            (([a, b],), 3),
+        ],
+    )
+
+
+def test_dict_keys():
+    def f(d):
+        return sum(v for v in d.values())
+
+    cache = CaptureCache(f)
+    a, b = torch.randn(2), torch.randn(2)
+    check(cache, f, [(({"a": a, "b": b},), 1), (({"a": b, "b": a * 2},), 1)])
+    check(cache, f, [(({"a": a, "c": b},), 2), (({"b": a, "a": b},), 3)])
+
+
+def test_closure_cell_change():
+    k = 2
+
+    def f(x):
+        return x * k
+
+    cache = CaptureCache(f)
+    x = torch.randn(3)
+    check(cache, f, [((x,), 1)])
+    k = 3
+    check(cache, f, [((x,), 2)])
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 4, bias=False)
+        self.head = torch.nn.Linear(4, 4, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, x):
+        return self.head(self.embed(x))
+
+
+def test_tied_weights_are_one_input_and_untying_recompiles():
+    model = Tied()
+    cache = CaptureCache(model.forward)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        check(cache, model, [((x,), 1)])
+        result = __import__("ember_capture").capture(model.forward, x)
+        assert len(result.graphs[0].input_sources) == 2  # x and the one weight
+        model.head.weight = torch.nn.Parameter(torch.randn(4, 4))
+        check(cache, model, [((x,), 2)])
+
+
+def test_aliased_arguments():
+    def f(a, b):
+        return a + b
+
+    cache = CaptureCache(f)
+    x, y = torch.randn(3), torch.randn(3)
+    check(cache, f, [((x, x), 1), ((y, y), 1), ((x, y), 2), ((y, x), 2)])
