@@ -1177,6 +1177,37 @@ def torch_attention_module(x, attn):
     return out
 
 
+@program(t(2, 4), const(Stack(2)))
+def module_iteration_methods(x, m):
+    total = 0
+    for p in m.parameters():
+        total = total + p.sum()
+    names = [name for name, _ in m.named_parameters()]
+    children = [type(c).__name__ for c in m.children()]
+    n_modules = len(list(m.modules()))
+    return total, names, children, n_modules, [b for b in m.buffers()]
+
+
+@program(t(2, 5, 16), const(torch.nn.TransformerEncoderLayer(16, 2, 32).eval()))
+def torch_transformer_encoder_layer(x, layer):
+    return layer(x)
+
+
+@program(
+    t(2, 5, 16),
+    t(2, 3, 16),
+    const(torch.nn.TransformerDecoderLayer(16, 2, 32, batch_first=True).eval()),
+)
+def torch_transformer_decoder_layer(x, memory, layer):
+    return layer(x, memory)
+
+
+@program(t(3))
+def autocast_and_inference_queries(x):
+    scale = 2 if torch.is_autocast_enabled() or torch.is_inference_mode_enabled() else 3
+    return x * scale
+
+
 @pytest.mark.parametrize("fn, make_args", PROGRAMS)
 def test_program_matches_eager(fn, make_args):
     cache = CaptureCache(fn)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import calls
+from .source import AttrSource, ItemSource
 from .variables import (
     ConstValue,
     DataclassValue,
@@ -486,3 +487,55 @@ def _index(tx, seq: Value, item: Value) -> Value:
 @handles_method((NamedTupleValue,), "_asdict")
 def _asdict(tx, nt: NamedTupleValue) -> Value:
     return DictValue(dict(zip(nt.cls._fields, nt.items)))
+
+
+# -- nn.Module's iteration methods: the real module tree, each item with a source ----
+
+
+def _member_source(module: ModuleValue, dotted: str, table: str):
+    """Where ``module.<dotted>`` lives: attribute reads where the names allow."""
+    *path, leaf = dotted.split(".")
+    source = module.source
+    for part in path:
+        source = (
+            AttrSource(source, part)
+            if part.isidentifier()
+            else ItemSource(AttrSource(source, "_modules"), part)
+        )
+    if leaf.isidentifier():
+        return AttrSource(source, leaf)
+    return ItemSource(AttrSource(source, table), leaf)
+
+
+def _named(tx, module: ModuleValue, pairs, table: str, with_names: bool) -> Value:
+    items = []
+    for name, value in pairs:
+        source = module.source if name == "" else _member_source(module, name, table)
+        wrapped = tx.output.wrap(value, source)
+        items.append(TupleValue((ConstValue(name), wrapped)) if with_names else wrapped)
+    return IteratorValue(items)
+
+
+def _module_iterator(method: str, table: str, with_names: bool):
+    def handler(tx, module: ModuleValue, *args: Value, **kwargs: Value) -> Value:
+        real_args = [calls.constant(tx, a) for a in args]
+        real_kwargs = {k: calls.constant(tx, v) for k, v in kwargs.items()}
+        if "prefix" in real_kwargs or len(real_args) > 1:
+            raise tx.unsupported(f"module.{method}() with a name prefix")
+        named = "named_" + method.removeprefix("named_")
+        pairs = list(getattr(module.value, named)(*real_args, **real_kwargs))
+        return _named(tx, module, pairs, table, with_names)
+
+    return handler
+
+
+for _method, _table in (
+    ("parameters", "_parameters"),
+    ("buffers", "_buffers"),
+    ("children", "_modules"),
+    ("modules", "_modules"),
+):
+    METHOD_HANDLERS[(ModuleValue, _method)] = _module_iterator(_method, _table, False)
+    METHOD_HANDLERS[(ModuleValue, "named_" + _method)] = _module_iterator(
+        _method, _table, True
+    )

@@ -103,6 +103,19 @@ _TORCH_META_FUNCTIONS: dict[Callable, Callable] = {
     torch.numel: lambda v: v.meta.numel(),
     torch.is_grad_enabled: lambda: torch.is_grad_enabled(),
     torch.get_default_dtype: lambda: torch.get_default_dtype(),
+    torch.are_deterministic_algorithms_enabled: (
+        lambda: torch.are_deterministic_algorithms_enabled()
+    ),
+    torch.is_inference_mode_enabled: lambda: torch.is_inference_mode_enabled(),
+    torch.is_autocast_enabled: lambda *device: torch.is_autocast_enabled(
+        *(d.value for d in device)
+    ),
+    torch._C._is_any_autocast_enabled: lambda: torch._C._is_any_autocast_enabled(),
+    torch._C._len_torch_dispatch_stack: lambda: torch._C._len_torch_dispatch_stack(),
+    # Inputs are plain tensors (checked when wrapped): no __torch_function__.
+    torch._C._has_torch_function: lambda *args: False,
+    torch._C._has_torch_function_unary: lambda *args: False,
+    torch._C._has_torch_function_variadic: lambda *args: False,
 }
 
 # BINARY_OP / unary operators that have a tensor meaning.
@@ -176,6 +189,17 @@ def _torch_callables() -> frozenset[int]:
                 continue
             if callable(obj) and not isinstance(obj, (type, types.ModuleType)):
                 ids.add(id(obj))
+    # The C bindings of aten ops, private names included (torch._native_...).
+    for namespace in (
+        torch._C._VariableFunctions,
+        torch._C._nn,
+        torch._C._linalg,
+        torch._C._fft,
+        torch._C._special,
+    ):
+        for name in dir(namespace):
+            if not name.startswith("__") and name not in _TORCH_SIDE_EFFECTS:
+                ids.add(id(getattr(namespace, name)))
     return frozenset(ids)
 
 
@@ -248,6 +272,10 @@ def _instance_attr(tx: Interpreter, obj: Value, name: str) -> Value:
     if name in getattr(instance, "__dict__", {}):
         return tx.output.wrap(instance.__dict__[name], source)
     class_source = _class_attr_source(obj, name)
+    if cls_attr is getattr(torch.nn.Module, name, None) and (
+        (ModuleValue, name) in builtin_calls.METHOD_HANDLERS
+    ):
+        return MethodValue(obj, name)  # nn.Module's own iteration methods
     if isinstance(cls_attr, types.FunctionType):
         return BoundFunctionValue(cls_attr, obj, class_source)
     if isinstance(cls_attr, staticmethod):

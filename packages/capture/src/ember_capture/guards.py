@@ -61,6 +61,8 @@ class GlobalState:
     deterministic: bool
     autocast_cpu: bool
     autocast_cuda: bool
+    inference_mode: bool
+    dispatch_modes: int  # __torch_dispatch__ modes active (torch code branches on it)
 
     @classmethod
     def current(cls) -> GlobalState:
@@ -70,6 +72,8 @@ class GlobalState:
             torch.are_deterministic_algorithms_enabled(),
             torch.is_autocast_enabled("cpu"),
             torch.is_autocast_enabled("cuda"),
+            torch.is_inference_mode_enabled(),
+            torch._C._len_torch_dispatch_stack(),
         )
 
 
@@ -101,7 +105,9 @@ class Guard:
                 return (
                     f"torch.is_grad_enabled() == {s.grad_enabled}, default dtype "
                     f"{s.default_dtype}, deterministic == {s.deterministic}, "
-                    f"autocast cpu/cuda == {s.autocast_cpu}/{s.autocast_cuda}"
+                    f"autocast cpu/cuda == {s.autocast_cpu}/{s.autocast_cuda}, "
+                    f"inference mode == {s.inference_mode}, dispatch modes == "
+                    f"{s.dispatch_modes}"
                 )
         raise AssertionError(self.kind)
 
