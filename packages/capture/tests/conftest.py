@@ -3,7 +3,7 @@ compiled code, compare with eager, and count captures like a dispatcher would.""
 
 import torch
 
-from ember_capture import capture
+from ember_capture import CaptureError, capture
 
 
 def assert_tree_equal(actual, expected):
@@ -30,10 +30,14 @@ class CaptureCache:
     """Guarded entries over one function, the way the runtime uses capture results:
     a call runs the first entry whose guards hold, or captures a new one."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, hook=None, on_result=None):
         self.fn = fn
         self.entries = []
         self.captures = 0
+        self.breaks: set[str] = set()  # where graphs broke, file:line
+        self.refused: list[CaptureError] = []
+        self.hook = hook
+        self.on_result = on_result
 
     def __call__(self, *args, **kwargs):
         import inspect
@@ -46,8 +50,16 @@ class CaptureCache:
         for check, run in self.entries:
             if check.check(dict(bound.arguments)):
                 return run(*args, **kwargs)
-        result = capture(target, *args, **kwargs)
+        try:
+            result = capture(target, *args, **kwargs)
+        except CaptureError as e:  # what the runtime does: run the function as is
+            self.refused.append(e)
+            return target(*args, **kwargs)
         self.captures += 1
-        run = result.build([g.gm for g in result.graphs])
+        if result.break_reason is not None:
+            self.breaks.add(result.break_reason.location)
+        if self.on_result is not None:
+            self.on_result(result)
+        run = result.build([g.gm for g in result.graphs], self.hook)
         self.entries.append((result.guard_checker(), run))
         return run(*args, **kwargs)

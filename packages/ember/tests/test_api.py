@@ -174,16 +174,34 @@ def data_dependent(x):
     return x - 1
 
 
-def test_unsupported_function_runs_eagerly_with_one_warning():
+def cannot_resume(x):
+    with torch.no_grad():  # a break inside a with-block cannot resume yet
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def test_data_dependent_branch_breaks_the_graph_and_stays_correct():
     compiled = ember.compile(data_dependent)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a graph break is not a warning
+        for sign in (1, -1, 1, -1):
+            x = torch.rand(3) * sign
+            torch.testing.assert_close(compiled(x), data_dependent(x))
+    (reason,) = compiled.breaks
+    assert reason.location == f"{__file__}:{data_dependent.__code__.co_firstlineno + 1}"
+
+
+def test_unsupported_function_runs_eagerly_with_one_warning():
+    compiled = ember.compile(cannot_resume)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for sign in (1, -1, 1):
             x = torch.rand(3) * sign
-            torch.testing.assert_close(compiled(x), data_dependent(x))
+            torch.testing.assert_close(compiled(x), cannot_resume(x))
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1
-    line = data_dependent.__code__.co_firstlineno + 1
+    line = cannot_resume.__code__.co_firstlineno + 2
     assert f"{__file__}:{line}" in messages[0]
 
 
@@ -210,10 +228,19 @@ def test_explain_counts_graphs_ops_and_fallbacks():
 
 
 def test_explain_of_a_function_that_ran_in_python():
-    out = ember.explain(data_dependent)(torch.randn(3))
+    out = ember.explain(cannot_resume)(torch.randn(3))
     assert out.graph_count == 0 and out.graph_break_count == 1
     (reason,) = out.break_reasons
-    assert reason.location == f"{__file__}:{data_dependent.__code__.co_firstlineno + 1}"
+    assert reason.location == f"{__file__}:{cannot_resume.__code__.co_firstlineno + 2}"
+
+
+def test_explain_counts_a_break_and_the_graphs_around_it():
+    out = ember.explain(data_dependent)(torch.rand(3))
+    assert out.graph_count == 2 and out.graph_break_count == 1
+    assert out.ops_per_graph == [
+        {"Tensor.sum": 1, "operator.gt": 1},
+        {"operator.mul": 1},
+    ]
 
 
 def test_bad_arguments_name_the_problem():
@@ -274,8 +301,7 @@ def test_hook_added_after_compiling_is_honoured():
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), fn(x))
         handle = inner.register_forward_hook(lambda m, i, o: o * 0)
-        with pytest.warns(UserWarning, match="has hooks"):
-            torch.testing.assert_close(compiled(x), fn(x))
+        torch.testing.assert_close(compiled(x), fn(x))  # a break at the hooked call
         handle.remove()
         torch.testing.assert_close(compiled(x), fn(x))
     assert compiled.dispatcher.recompile_reasons == [

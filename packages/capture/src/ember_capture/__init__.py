@@ -5,9 +5,10 @@ graphs, the guards under which they may be reused, and the transformed function.
 See docs/capture.md.
 """
 
-from .capture import CapturedGraph, CaptureResult, capture, capture_frame
+from .capture import capture, capture_frame
 from .errors import CaptureError
 from .guards import Guard, GuardChecker, GuardKind, GuardSet, TensorSpec
+from .result import CapturedGraph, CaptureResult
 from .source import (
     AttrSource,
     ClosureSource,

@@ -374,12 +374,10 @@ def _bind_fields(tx, cls: type, args, kwargs) -> list[Value]:
 # -- methods of lists, tuples and dicts ------------------------------------------------
 
 
-def _local(tx, container: Value, method: str) -> None:
+def _note_change(tx, container: Value) -> None:
+    """Note a change to ``container``: one from outside is replayed after the graph."""
     if container.source is not None:
-        raise tx.unsupported(
-            f".{method}() on a {calls.describe_value(container)} from outside the "
-            "function (a side effect)"
-        )
+        tx.output.write_contents(container)
 
 
 @handles_method((DictValue,), "items")
@@ -409,20 +407,20 @@ def _dict_copy(tx, d: DictValue) -> Value:
 
 @handles_method((DictValue,), "update")
 def _dict_update(tx, d: DictValue, other: Value | None = None, **kwargs) -> Value:
-    _local(tx, d, "update")
+    _note_change(tx, d)
     d.items.update(_dict(tx, other, **kwargs).items)
     return ConstValue(None)
 
 
 @handles_method((DictValue,), "setdefault")
 def _dict_setdefault(tx, d: DictValue, k: Value, default: Value | None = None):
-    _local(tx, d, "setdefault")
+    _note_change(tx, d)
     return d.items.setdefault(calls.key(tx, k), default or ConstValue(None))
 
 
 @handles_method((DictValue, ListValue), "pop")
 def _pop(tx, container: Value, *args: Value) -> Value:
-    _local(tx, container, "pop")
+    _note_change(tx, container)
     if isinstance(container, DictValue):
         k = calls.key(tx, args[0])
         if k not in container.items:
@@ -438,28 +436,28 @@ def _pop(tx, container: Value, *args: Value) -> Value:
 
 @handles_method((ListValue,), "append")
 def _list_append(tx, lst: ListValue, item: Value) -> Value:
-    _local(tx, lst, "append")
+    _note_change(tx, lst)
     lst.items.append(item)
     return ConstValue(None)
 
 
 @handles_method((ListValue,), "extend")
 def _list_extend(tx, lst: ListValue, items: Value) -> Value:
-    _local(tx, lst, "extend")
+    _note_change(tx, lst)
     lst.items.extend(calls.iterate(tx, items))
     return ConstValue(None)
 
 
 @handles_method((ListValue,), "insert")
 def _list_insert(tx, lst: ListValue, index: Value, item: Value) -> Value:
-    _local(tx, lst, "insert")
+    _note_change(tx, lst)
     lst.items.insert(calls.constant(tx, index), item)
     return ConstValue(None)
 
 
 @handles_method((ListValue,), "reverse")
 def _list_reverse(tx, lst: ListValue) -> Value:
-    _local(tx, lst, "reverse")
+    _note_change(tx, lst)
     lst.items.reverse()
     return ConstValue(None)
 

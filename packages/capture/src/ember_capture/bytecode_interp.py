@@ -13,6 +13,7 @@ import dis
 import inspect
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import opcodes
 from .errors import CaptureError
@@ -30,6 +31,7 @@ from .variables import (
     DictValue,
     FunctionValue,
     IteratorValue,
+    ListValue,
     TupleValue,
     Value,
 )
@@ -74,6 +76,7 @@ class Interpreter:
         self._index = {inst.offset: i for i, inst in enumerate(self.instructions)}
         self.pc = 0
         self.lineno = code.co_firstlineno
+        self.break_point: BreakPoint | None = None
 
     # -- the loop --------------------------------------------------------------
 
@@ -91,6 +94,8 @@ class Interpreter:
                 if inst.positions is not None and inst.positions.lineno is not None:
                     self.lineno = inst.positions.lineno
                 handler = opcodes.HANDLERS.get(inst.opname)
+                if self.depth == 0:
+                    self._checkpoint(inst)
                 if handler is None:
                     raise self.unsupported(
                         _describe_opcode(inst),
@@ -98,11 +103,31 @@ class Interpreter:
                         "the function runs eagerly",
                     )
                 handler(self, inst)
+        except CaptureError as e:
+            if self.depth == 0 and e.break_point is None:
+                e.break_point = self.break_point
+            raise
         finally:
             self.output.frames.pop()
         if self.yields is not None:
             return IteratorValue(self.yields)
         return self.return_value
+
+    def _checkpoint(self, inst: dis.Instruction) -> None:
+        """The frame's state before ``inst``: where a graph break would resume."""
+        self.break_point = BreakPoint(
+            inst,
+            list(self.stack),
+            dict(self.locals),
+            {k: c.value for k, c in self.cells.items() if isinstance(c, Cell)},
+            self.kw_names,
+            len(self.output.graph.nodes),
+            len(self.output.side_effects),
+            self.lineno,
+            _contents(self.stack, self.locals)
+            if inst.opname.startswith("CALL")
+            else (),
+        )
 
     def jump(self, inst: dis.Instruction) -> None:
         self.pc = self._index[inst.argval]
@@ -156,6 +181,9 @@ class Interpreter:
         return name in self.locals or name in self.frame_values
 
     def load_global(self, name: str) -> Value:
+        written = self.output.global_writes.get((id(self.f_globals), name))
+        if written is not None:
+            return written
         if name in self.f_globals:
             if self.globals_source is None:
                 return self.output.wrap_trusted(self.f_globals[name])
@@ -304,6 +332,41 @@ class Interpreter:
 
     def unsupported(self, reason: str, hint: str = "") -> CaptureError:
         return self.output.error(reason, hint)
+
+
+@dataclass(frozen=True)
+class BreakPoint:
+    """The compiled frame just before an instruction capture may stop at."""
+
+    inst: dis.Instruction
+    stack: list[Value]
+    locals: dict[str, Value]
+    cells: dict[str, Value | None]  # this frame's cell variables, by name
+    kw_names: tuple[str, ...]
+    graph_nodes: int  # nodes in the graph before the instruction ran
+    side_effects: int  # writes recorded before the instruction ran
+    lineno: int
+    # (container, shallow copy) for the lists and dicts a call could mutate
+    contents: tuple[tuple[Value, object], ...]
+
+    def containers_unchanged(self) -> bool:
+        return all(_snapshot(c) == copy for c, copy in self.contents)
+
+
+def _contents(stack: list[Value], locals_: dict[str, Value]) -> tuple:
+    containers = [
+        v for v in [*stack, *locals_.values()] if isinstance(v, (ListValue, DictValue))
+    ]
+    return tuple((c, _snapshot(c)) for c in containers)
+
+
+def _snapshot(container: Value) -> object:
+    items = container.items
+    return (
+        [id(v) for v in items]
+        if isinstance(items, list)
+        else {k: id(v) for k, v in items.items()}
+    )
 
 
 def _cell_source(fn_source: Source, code: types.CodeType, name: str) -> Source:

@@ -219,6 +219,9 @@ def get_attr(tx: Interpreter, obj: Value, name: str) -> Value:
     if isinstance(obj, (ModuleValue, UserObjectValue)):
         return _instance_attr(tx, obj, name)
     if isinstance(obj, (ObjectValue, ConstValue)) and obj.source is not None:
+        written = tx.output.attr_writes.get((id(obj.value), name))
+        if written is not None:
+            return written
         return tx.output.wrap(getattr(obj.value, name), AttrSource(obj.source, name))
     if isinstance(obj, ObjectValue) and isinstance(obj.value, types.ModuleType):
         return tx.output.wrap_trusted(getattr(obj.value, name))  # torch's own code
@@ -259,6 +262,9 @@ def _tensor_attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
 def _instance_attr(tx: Interpreter, obj: Value, name: str) -> Value:
     """``obj.name`` for an nn.Module or user object, read the way Python would."""
     instance = obj.value
+    written = tx.output.attr_writes.get((id(instance), name))
+    if written is not None:
+        return written
     source = AttrSource(obj.source, name)
     if isinstance(instance, torch.nn.Module):
         for table in ("_parameters", "_buffers", "_modules"):
@@ -635,13 +641,25 @@ def set_item(tx: Interpreter, obj: Value, index: Value, value: Value) -> None:
             "call_function", operator.setitem, (obj, index, value), {}
         )
         return
-    if obj.source is not None:
-        raise tx.unsupported(
-            f"assigning into a {describe_value(obj)} from outside the function"
-        )
     if isinstance(obj, ListValue):
         obj.items[constant(tx, index)] = value
     elif isinstance(obj, DictValue):
         obj.items[key(tx, index)] = value
     else:
         raise tx.unsupported(f"assigning an item of a {describe_value(obj)}")
+    if obj.source is not None:
+        tx.output.write_contents(obj)
+
+
+def set_attr(tx: Interpreter, obj: Value, name: str, value: Value) -> None:
+    """``obj.name = value``: recorded and replayed after the graph."""
+    if isinstance(obj, DataclassValue) and obj.source is None:
+        obj.fields[name] = value
+        return
+    if (
+        isinstance(obj, (ModuleValue, UserObjectValue, ObjectValue))
+        and obj.source is not None
+    ):
+        tx.output.write_attr(obj, name, value)
+        return
+    raise tx.unsupported(f"assigning attribute {name!r} of a {describe_value(obj)}")

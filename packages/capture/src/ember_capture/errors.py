@@ -21,6 +21,9 @@ class CaptureError(Exception):
         self.filename = filename
         self.lineno = lineno
         self.hint = hint
+        # Set by the compiled frame's interpreter: its state before the failing
+        # instruction, where a graph break can resume (a bytecode_interp.BreakPoint).
+        self.break_point = None
         super().__init__(reason)
 
     @property

@@ -158,6 +158,20 @@ def _load_assertion_error(tx, inst):
     tx.push(ObjectValue(AssertionError))
 
 
+@opcode("STORE_ATTR")
+def _store_attr(tx, inst):
+    obj, value = tx.pop(), tx.pop()
+    calls.set_attr(tx, obj, inst.argval, value)
+
+
+@opcode("STORE_GLOBAL")
+def _store_global(tx, inst):
+    value = tx.pop()
+    if tx.globals_source is None:
+        raise tx.unsupported(f"torch's own code assigning global {inst.argval!r}")
+    tx.output.write_global(tx.f_globals, tx.globals_source, inst.argval, value)
+
+
 @opcode("STORE_SUBSCR")
 def _store_subscr(tx, inst):
     index, container, value = tx.pop(), tx.pop(), tx.pop()

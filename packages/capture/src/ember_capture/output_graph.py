@@ -21,6 +21,7 @@ import torch.fx
 
 from .errors import CaptureError
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
+from .side_effects import AttrWrite, ContentsWrite, GlobalWrite, SideEffect
 from .source import AttrSource, ItemSource, KeysSource, LenSource, Source
 from .variables import (
     BoundFunctionValue,
@@ -28,6 +29,7 @@ from .variables import (
     DataclassValue,
     DictValue,
     ListValue,
+    MethodValue,
     ModuleValue,
     NamedTupleValue,
     ObjectValue,
@@ -81,6 +83,11 @@ class OutputGraph:
         self.example_inputs: list[Any] = []
         self._inputs_by_source: dict[Source, TensorValue] = {}
         self._inputs_by_id: dict[int, TensorValue] = {}  # inputs stay alive: ids hold
+        self.side_effects: list[SideEffect] = []
+        # Writes seen so far, read back by later reads in the same capture.
+        self.attr_writes: dict[tuple[int, str], Value] = {}  # (id(object), name)
+        self.global_writes: dict[tuple[int, str], Value] = {}  # (id(globals), name)
+        self._containers: dict[int, tuple[object, Value]] = {}  # one value per list
         self.frames: list = []  # the interpreters now running, innermost last
         self.steps = 0  # bytecode instructions interpreted, over all frames
 
@@ -96,6 +103,8 @@ class OutputGraph:
         if isinstance(value, torch.nn.Module):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             return ModuleValue(value, source)
+        if id(value) in self._containers:  # a list or dict seen (and maybe changed)
+            return self._containers[id(value)][1]
         if type(value) in (tuple, list) or _is_namedtuple(value):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             self.guards.add(
@@ -103,7 +112,9 @@ class OutputGraph:
             )
             items = [self.wrap(v, ItemSource(source, i)) for i, v in enumerate(value)]
             if type(value) is list:
-                return ListValue(items, source)
+                wrapped = ListValue(items, source)
+                self._containers[id(value)] = (value, wrapped)
+                return wrapped
             if type(value) is tuple:
                 return TupleValue(tuple(items), source)
             return NamedTupleValue(type(value), tuple(items), source)
@@ -114,7 +125,9 @@ class OutputGraph:
                 Guard(GuardKind.EQUALS_MATCH, KeysSource(source), (list, keys))
             )
             items = {k: self.wrap(value[k], ItemSource(source, k)) for k in keys}
-            return DictValue(items, source)
+            wrapped = DictValue(items, source)
+            self._containers[id(value)] = (value, wrapped)
+            return wrapped
         if isinstance(value, types.MethodType) and isinstance(
             value.__func__, types.FunctionType
         ):
@@ -176,6 +189,26 @@ class OutputGraph:
         self._inputs_by_source[source] = wrapped
         self._inputs_by_id[id(value)] = wrapped
         return wrapped
+
+    # -- side effects -------------------------------------------------------------
+
+    def write_attr(self, target: Value, name: str, value: Value) -> None:
+        self.attr_writes[(id(target.value), name)] = value
+        self.side_effects.append(AttrWrite(target, name, value))
+
+    def write_global(
+        self, f_globals: dict, globals_source: Source, name: str, value: Value
+    ) -> None:
+        self.global_writes[(id(f_globals), name)] = value
+        self.side_effects.append(GlobalWrite(globals_source, name, value))
+
+    def write_contents(self, container: ListValue | DictValue) -> None:
+        """``container`` (read from a source) was changed in place."""
+        if not any(
+            isinstance(e, ContentsWrite) and e.container is container
+            for e in self.side_effects
+        ):
+            self.side_effects.append(ContentsWrite(container))
 
     # -- tensor operations -------------------------------------------------------
 
@@ -317,6 +350,8 @@ def tensor_leaves(v: object):
     elif isinstance(v, DataclassValue):
         for i in v.fields.values():
             yield from tensor_leaves(i)
+    elif isinstance(v, (MethodValue, BoundFunctionValue)):
+        yield from tensor_leaves(v.receiver)
     elif isinstance(v, (tuple, list)):
         for i in v:
             yield from tensor_leaves(i)

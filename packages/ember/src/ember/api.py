@@ -53,18 +53,15 @@ def compile(
     if mode not in _MODES:
         raise ValueError(f"unknown mode {mode!r}; valid modes: {_MODES}")
     log = CompileLog()
-    resolved = resolve_backend(backend, config, log)
+    context = _Context(resolve_backend(backend, config, log), fullgraph, config, log)
 
     def wrap(target: Any) -> Any:
         if isinstance(target, (CompiledFunction, CompiledModule)):
             target = target.original  # compile afresh from the user's own object
         if isinstance(target, torch.nn.Module):
-            forward = _compile_callable(
-                target.forward, resolved, fullgraph, config, log
-            )
-            return CompiledModule(target, forward)
+            return CompiledModule(target, context.compile_callable(target.forward))
         if isinstance(target, (types.FunctionType, types.MethodType)):
-            return _compile_callable(target, resolved, fullgraph, config, log)
+            return context.compile_callable(target)
         raise TypeError(
             f"ember.compile takes a function, method or nn.Module, not "
             f"{type(target).__name__}"
@@ -73,17 +70,56 @@ def compile(
     return wrap if model is None else wrap(model)
 
 
-def _compile_callable(
-    fn: Callable, backend: Backend, fullgraph: bool, config: Config, log: CompileLog
-) -> CompiledFunction:
-    bound_self = None
-    if isinstance(fn, types.MethodType):
-        fn, bound_self = fn.__func__, fn.__self__
-    breaks: list[BreakReason] = []
-    convert = make_convert(fn, backend, fullgraph=fullgraph, log=log, breaks=breaks)
-    dispatcher = Dispatcher(fn, convert, recompile_limit=config.recompile_limit)
-    _DISPATCHERS.add(dispatcher)
-    return CompiledFunction(fn, dispatcher, log, breaks, bound_self)
+class _Context:
+    """What one ember.compile call shares with the functions it compiles later:
+    the resume functions after a graph break and the calls that broke."""
+
+    def __init__(
+        self, backend: Backend, fullgraph: bool, config: Config, log: CompileLog
+    ) -> None:
+        self.backend = backend
+        self.fullgraph = fullgraph
+        self.config = config
+        self.log = log
+        self.breaks: list[BreakReason] = []
+        self._functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def compile_callable(self, fn: Callable) -> CompiledFunction:
+        bound_self = None
+        if isinstance(fn, types.MethodType):
+            fn, bound_self = fn.__func__, fn.__self__
+        convert = make_convert(
+            fn,
+            self.backend,
+            fullgraph=self.fullgraph,
+            log=self.log,
+            breaks=self.breaks,
+            hook=self.hook,
+        )
+        dispatcher = Dispatcher(
+            fn, convert, recompile_limit=self.config.recompile_limit
+        )
+        _DISPATCHERS.add(dispatcher)
+        return CompiledFunction(fn, dispatcher, self.log, self.breaks, bound_self)
+
+    def hook(self, target: Callable) -> Callable:
+        """What runs in place of ``target`` after a graph break: compiled Python
+        functions, methods and modules; anything else as it is."""
+        if isinstance(target, types.FunctionType):
+            if target not in self._functions:
+                self._functions[target] = self.compile_callable(target)
+            return self._functions[target]
+        if isinstance(target, types.MethodType):
+            return types.MethodType(self.hook(target.__func__), target.__self__)
+        if isinstance(target, torch.nn.Module) and not isinstance(
+            target, CompiledModule
+        ):
+            if target not in self._modules:
+                forward = self.compile_callable(target.forward)
+                self._modules[target] = CompiledModule(target, forward)
+            return self._modules[target]
+        return target
 
 
 def _original(fn: types.FunctionType, bound_self: object) -> Callable:

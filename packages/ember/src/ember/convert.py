@@ -36,7 +36,12 @@ def make_convert(
     fullgraph: bool,
     log: CompileLog,
     breaks: list[BreakReason],
+    hook: Callable[[Callable], Callable],
 ) -> Callable[[tuple, dict], Entry | None]:
+    """The Dispatcher's ``convert`` for ``fn``: capture, compile each graph with
+    ``backend``, and build the transformed function (``hook`` compiles what runs
+    after a graph break). None when capture cannot handle ``fn`` at all."""
+
     def convert(args: tuple, kwargs: dict) -> Entry | None:
         try:
             result = ember_capture.capture(fn, *args, **kwargs)
@@ -46,11 +51,17 @@ def make_convert(
             breaks.append(BreakReason(e.reason, e.location))
             warn_user(f"ember: {fn.__qualname__} runs eagerly: {e}")
             return None
+        if result.break_reason is not None:
+            if fullgraph:
+                raise result.break_reason
+            reason = result.break_reason
+            breaks.append(BreakReason(reason.reason, reason.location))
         compiled = []
         for graph in result.graphs:
             log.graphs.append(graph.gm)
             compiled.append(backend(graph.gm, graph.example_inputs))
         checker = result.guard_checker()
-        return GuardedEntry(checker.check, checker.failure, result.build(compiled))
+        run = result.build(compiled, hook)
+        return GuardedEntry(checker.check, checker.failure, run)
 
     return convert

@@ -1,0 +1,180 @@
+"""Writing the transformed function: the graph call, then Python that rebuilds
+values (returned ones, or a graph break's live stack and locals) from graph outputs,
+frame sources and constants held in closure cells."""
+
+from __future__ import annotations
+
+import logging
+import re
+import types
+
+import torch
+import torch.fx
+
+from . import transform
+from .output_graph import OutputGraph, tensor_leaves
+from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
+from .side_effects import AttrWrite, ContentsWrite, GlobalWrite, SideEffect
+from .source import GLOBALS_CELL
+from .variables import (
+    BoundFunctionValue,
+    ConstValue,
+    DataclassValue,
+    DictValue,
+    ListValue,
+    MethodValue,
+    ModuleValue,
+    NamedTupleValue,
+    ObjectValue,
+    TensorValue,
+    TupleValue,
+    UserObjectValue,
+    Value,
+)
+
+log = logging.getLogger("ember.capture")
+
+GRAPH_NAME = "__ember_graph0"
+GRAPH_OUT = "__ember_out0"
+
+
+class Emitter:
+    """Accumulates the body of one transformed function and its closure cells."""
+
+    def __init__(self, fn: types.FunctionType, output: OutputGraph) -> None:
+        self.fn = fn
+        self.output = output
+        self.body: list[str] = []
+        self.cells: dict[str, object] = {GLOBALS_CELL: fn.__globals__}
+        self.graphs: list[CapturedGraph] = []
+        self._outputs: dict[torch.fx.Node, int] = {}
+
+    def call_graph(self, live: list[Value]) -> None:
+        """Finish the graph, returning every tensor in ``live``, and call it."""
+        if not self.output.has_ops():
+            return
+        for leaf in tensor_leaves(live):
+            if leaf.node.op != "placeholder" and leaf.node not in self._outputs:
+                self._outputs[leaf.node] = len(self._outputs)
+        graph = self.output.graph
+        graph.output(tuple(self._outputs))
+        name = re.sub(r"\W", "_", f"{self.fn.__name__}_graph")
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=name)
+        code = self.fn.__code__
+        self.graphs.append(
+            CapturedGraph(
+                GRAPH_NAME,
+                gm,
+                self.output.example_inputs,
+                tuple(self.output.input_sources),
+                f"{code.co_filename}:{code.co_firstlineno}",
+            )
+        )
+        inputs = ", ".join(s.code() for s in self.output.input_sources)
+        self.body.append(f"{GRAPH_OUT} = {GRAPH_NAME}({inputs})")
+        log.debug("captured %s:\n%s", self.fn.__qualname__, gm.code)
+
+    def replay(self, effects: list[SideEffect]) -> None:
+        """Statements that redo capture's recorded writes, in order."""
+        for effect in effects:
+            if isinstance(effect, AttrWrite):
+                target = self.expr(effect.target)
+                value = self.expr(effect.value)
+                self.body.append(f"setattr({target}, {effect.name!r}, {value})")
+            elif isinstance(effect, GlobalWrite):
+                target = effect.globals_source.code()
+                value = self.expr(effect.value)
+                self.body.append(f"{target}[{effect.name!r}] = {value}")
+            elif isinstance(effect.container, ListValue):
+                target = effect.container.source.code()
+                self.body.append(f"{target}[:] = {self.expr(effect.container)}")
+            else:
+                target = effect.container.source.code()
+                self.body.append(f"{target}.clear()")
+                self.body.append(f"{target}.update({self.expr(effect.container)})")
+
+    def expr(self, v: Value) -> str:
+        """Python that evaluates to the real object ``v`` stands for.
+
+        Raises TypeError for values that have no real counterpart (iterators,
+        functions built during capture, context managers).
+        """
+        if isinstance(v, TensorValue):
+            if v.node in self._outputs:
+                return f"{GRAPH_OUT}[{self._outputs[v.node]}]"
+            if v.source is None:
+                raise TypeError("a tensor the graph does not return")
+            return v.source.code()
+        if isinstance(v, TupleValue):
+            items = [self.expr(i) for i in v.items]
+            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+        if (
+            isinstance(v, (ListValue, DictValue))
+            and v.source is not None
+            and (not self._changed(v))
+        ):
+            return v.source.code()  # the caller's own list or dict, unchanged
+        if isinstance(v, ListValue):
+            return f"[{', '.join(self.expr(i) for i in v.items)}]"
+        if isinstance(v, DictValue):
+            entries = [
+                f"{self.constant(k)}: {self.expr(i)}" for k, i in v.items.items()
+            ]
+            return "{" + ", ".join(entries) + "}"
+        if isinstance(v, NamedTupleValue):
+            items = ", ".join(self.expr(i) for i in v.items)
+            return f"{self.constant(v.cls)}({items})"
+        if isinstance(v, DataclassValue):
+            fields = ", ".join(f"{k}={self.expr(i)}" for k, i in v.fields.items())
+            return f"{self.constant(v.cls)}({fields})"
+        if isinstance(v, MethodValue):
+            return f"{self.expr(v.receiver)}.{v.name}"
+        if isinstance(v, BoundFunctionValue) and v.source is not None:
+            method_type = self.constant(types.MethodType)
+            return f"{method_type}({v.source.code()}, {self.expr(v.receiver)})"
+        if isinstance(v, (ModuleValue, UserObjectValue, ObjectValue)) and v.source:
+            return v.source.code()
+        if isinstance(v, (ConstValue, ObjectValue, ModuleValue)):
+            return self.constant(v.value)
+        raise TypeError(f"a {type(v).__name__} has no value outside capture")
+
+    def _changed(self, container: Value) -> bool:
+        return any(
+            isinstance(e, ContentsWrite) and e.container is container
+            for e in self.output.side_effects
+        )
+
+    def constant(self, value: object) -> str:
+        """A literal for ``value``, or the name of a closure cell holding it."""
+        text = transform.literal(value)
+        if text is not None:
+            return text
+        for name, held in self.cells.items():
+            if held is value and name.startswith("__ember_const"):
+                return name
+        name = f"__ember_const{sum(n.startswith('__ember_const') for n in self.cells)}"
+        self.cells[name] = value
+        return name
+
+    def result(
+        self,
+        resume_codes: tuple[types.CodeType, ...] = (),
+        break_reason: Exception | None = None,
+    ) -> CaptureResult:
+        names = [g.name for g in self.graphs] + list(self.cells)
+        if resume_codes:
+            names += [HOOK_CELL] + [
+                f"{RESUME_CELL}{i}" for i in range(len(resume_codes))
+            ]
+        names += list(self.fn.__code__.co_freevars)
+        source, code = transform.build_code(self.fn, self.body, names)
+        return CaptureResult(
+            self.fn,
+            tuple(self.graphs),
+            self.output.guards,
+            code,
+            source,
+            self.cells,
+            resume_codes,
+            break_reason,
+        )

@@ -1,0 +1,186 @@
+"""Graph breaks: when capture stops at an instruction it cannot put in a graph.
+
+The transformed function then runs the graph captured so far, rebuilds the value
+stack and the live locals from its outputs, runs the instruction that broke as
+CPython would (a call, or a branch on a tensor's value), and returns what a resume
+function (resume.py) computes from there. The call that broke and the resume
+functions go through the ``hook`` given to ``CaptureResult.build``, so the runtime
+compiles them on their first call, each with its own guards.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import types
+
+from .bytecode_interp import BreakPoint
+from .emit import Emitter
+from .errors import CaptureError
+from .output_graph import OutputGraph
+from .result import HOOK_CELL, RESUME_CELL, CaptureResult
+from .resume import covered_by_exception_table, make_resume_code
+from .side_effects import written_values
+from .variables import (
+    BoundFunctionValue,
+    Cell,
+    ContextExitValue,
+    FunctionValue,
+    GradModeValue,
+    IteratorValue,
+    ModuleValue,
+    NullValue,
+    ObjectValue,
+    SuperValue,
+    Value,
+)
+
+RESULT = "___call_result"
+
+# Conditional jumps: (Python test on the value, pops the value when jumping).
+_JUMPS = {
+    "POP_JUMP_FORWARD_IF_TRUE": ("{}", True),
+    "POP_JUMP_BACKWARD_IF_TRUE": ("{}", True),
+    "POP_JUMP_FORWARD_IF_FALSE": ("not {}", True),
+    "POP_JUMP_BACKWARD_IF_FALSE": ("not {}", True),
+    "POP_JUMP_FORWARD_IF_NONE": ("{} is None", True),
+    "POP_JUMP_BACKWARD_IF_NONE": ("{} is None", True),
+    "POP_JUMP_FORWARD_IF_NOT_NONE": ("{} is not None", True),
+    "POP_JUMP_BACKWARD_IF_NOT_NONE": ("{} is not None", True),
+    "JUMP_IF_TRUE_OR_POP": ("{}", False),
+    "JUMP_IF_FALSE_OR_POP": ("not {}", False),
+}
+
+
+def finish_at_break(
+    fn: types.FunctionType,
+    output: OutputGraph,
+    f_locals: dict[str, object],
+    error: CaptureError,
+) -> CaptureResult | None:
+    """The CaptureResult for a break at ``error.break_point``, or None when the
+    function cannot resume there (the caller then runs it without a graph)."""
+    point: BreakPoint | None = error.break_point
+    code = fn.__code__
+    if point is None or code.co_flags & inspect.CO_GENERATOR:
+        return None
+    name = point.inst.opname
+    if name != "CALL" and name not in _JUMPS:
+        return None
+    if covered_by_exception_table(code, point.inst.offset):
+        return None  # inside try/with: resuming would need the handler's state
+    if name == "CALL" and not point.containers_unchanged():
+        return None  # the call had already changed a list or dict: not replayable
+    live = _live_locals(code, point, f_locals)
+    if not all(_rebuildable(v) for v in [*point.stack, *live.values()]):
+        return None
+    _drop_nodes_after(output, point.graph_nodes)
+    del output.side_effects[point.side_effects :]
+
+    emitter = Emitter(fn, output)
+    written = written_values(output.side_effects)
+    emitter.call_graph([*point.stack, *live.values(), *written])
+    try:
+        emitter.replay(output.side_effects)
+        locals_ = [
+            emitter.expr(v) if isinstance(v, Value) else v for v in live.values()
+        ]
+        emit = _emit_call if name == "CALL" else _emit_jump
+        resumes = emit(emitter, point, code)
+    except TypeError:
+        return None
+    codes = []
+    for i, (offset, stack, indent) in enumerate(resumes):
+        nulls = [s is None for s in stack]
+        codes.append(make_resume_code(code, offset, nulls, list(live), point.lineno))
+        args = ", ".join([s for s in stack if s is not None] + locals_)
+        emitter.body.append(f"{indent}return {RESUME_CELL}{i}({args})")
+    return emitter.result(tuple(codes), error)
+
+
+def _live_locals(code, point: BreakPoint, f_locals) -> dict[str, Value | str]:
+    """Locals with a value at the break, in co_varnames order, then cells.
+
+    An argument never read keeps its value: it is passed by its own name (a str).
+    """
+    live: dict[str, Value | str] = {}
+    for name in code.co_varnames:
+        if name in point.locals:
+            live[name] = point.locals[name]
+        elif name in f_locals and name not in point.cells:
+            live[name] = name
+    for name in code.co_cellvars:
+        if point.cells.get(name) is not None:
+            live[name] = point.cells[name]
+    return live
+
+
+# Values that exist only inside capture: a break with one of them live cannot resume.
+_CAPTURE_ONLY = (
+    FunctionValue,
+    IteratorValue,
+    GradModeValue,
+    ContextExitValue,
+    SuperValue,
+    Cell,
+)
+
+
+def _rebuildable(v: object) -> bool:
+    return not isinstance(v, _CAPTURE_ONLY)
+
+
+def _drop_nodes_after(output: OutputGraph, count: int) -> None:
+    """Remove what the broken instruction had started to add to the graph."""
+    graph = output.graph
+    for node in reversed(list(graph.nodes)[count:]):
+        if node.op != "placeholder" and not node.users:
+            graph.erase_node(node)
+
+
+def _next_offset(code: types.CodeType, offset: int) -> int:
+    after = [
+        i.offset
+        for i in dis.get_instructions(code)
+        if i.offset > offset and i.opname != "EXTENDED_ARG"
+    ]
+    return after[0]
+
+
+def _emit_call(emitter: Emitter, point: BreakPoint, code) -> list:
+    n = point.inst.arg
+    stack = point.stack
+    operands = stack[len(stack) - n :]
+    fn, below = stack[len(stack) - n - 1], stack[len(stack) - n - 2]
+    if not isinstance(below, NullValue):
+        fn, operands = below, [fn, *operands]
+    rest = stack[: len(stack) - n - 2]
+    split = len(operands) - len(point.kw_names)
+    args = [emitter.expr(a) for a in operands[:split]]
+    args += [f"{k}={emitter.expr(v)}" for k, v in zip(point.kw_names, operands[split:])]
+    callee = emitter.expr(fn)
+    if isinstance(fn, (ObjectValue, BoundFunctionValue, ModuleValue)) and _is_user(fn):
+        callee = f"{HOOK_CELL}({callee})"
+    emitter.body.append(f"{RESULT} = {callee}({', '.join(args)})")
+    after = [None if isinstance(v, NullValue) else emitter.expr(v) for v in rest]
+    return [(_next_offset(code, point.inst.offset), [*after, RESULT], "")]
+
+
+def _is_user(fn: Value) -> bool:
+    """A callable ember should compile: Python code or a module, not a builtin."""
+    if isinstance(fn, (BoundFunctionValue, ModuleValue)):
+        return True
+    return isinstance(fn.value, (types.FunctionType, types.MethodType))
+
+
+def _emit_jump(emitter: Emitter, point: BreakPoint, code) -> list:
+    test, pops = _JUMPS[point.inst.opname]
+    stack = point.stack
+    cond = emitter.expr(stack[-1])
+    below = [None if isinstance(v, NullValue) else emitter.expr(v) for v in stack[:-1]]
+    jumped = below if pops else [*below, cond]
+    emitter.body.append(f"if {test.format(cond)}:")
+    return [
+        (point.inst.argval, jumped, "    "),
+        (_next_offset(code, point.inst.offset), below, ""),
+    ]

@@ -1,0 +1,236 @@
+"""Graph breaks: the graph so far, the instruction that broke run for real, and a
+resume function for the rest, each compiled on its first call through a hook."""
+
+import json
+import types
+
+import pytest
+import torch
+from code_checker import check_code
+from conftest import CaptureCache, assert_tree_equal
+
+from ember_capture import CaptureError, capture
+
+COUNTER = 0
+
+
+class Runtime:
+    """Functions compiled through CaptureCache, with the hook a runtime passes."""
+
+    def __init__(self):
+        self.caches: dict = {}
+        self.codes: list[types.CodeType] = []
+
+    def compile(self, fn):
+        if fn not in self.caches:
+            self.caches[fn] = CaptureCache(fn, hook=self.hook, on_result=self._seen)
+        return self.caches[fn]
+
+    def hook(self, target):
+        if isinstance(target, types.FunctionType):
+            return self.compile(target)
+        if isinstance(target, types.MethodType):
+            return types.MethodType(self.compile(target.__func__), target.__self__)
+        return target
+
+    def _seen(self, result):
+        self.codes.extend(result.resume_codes)
+        self.codes.append(result.code)
+
+    @property
+    def captures(self):
+        return sum(c.captures for c in self.caches.values())
+
+    @property
+    def breaks(self):
+        return len(set().union(*(c.breaks for c in self.caches.values())))
+
+
+def run_both(fn, make_args, calls=3):
+    runtime = Runtime()
+    compiled = runtime.compile(fn)
+    for _ in range(calls):
+        args = make_args()
+        assert_tree_equal(compiled(*args), fn(*args))
+    for code in runtime.codes:
+        check_code(code)
+    return runtime
+
+
+def one_break(x):
+    y = x * 2
+    print("between graphs")
+    return y + 1
+
+
+def two_breaks(x):
+    y = x.sin()
+    scale = y.sum().item()
+    z = y * scale
+    print("z is ready")
+    return z.cos()
+
+
+def many_breaks(x):
+    for_print = x + 1
+    print(1)
+    a = for_print * 2
+    print(2)
+    b = a - 3
+    print(3)
+    c = b.tolist()
+    return b * len(c)
+
+
+def branch_on_data(x):
+    y = x * 3
+    if y.sum() > 0:  # noqa: SIM108 - the if/else statement is what is tested
+        y = y + 10
+    else:
+        y = y - 10
+    return y.abs()
+
+
+def unknown_library_call(x):
+    text = json.dumps({"n": x.shape[0]})
+    return x * len(text)
+
+
+def nested_call_breaks(x):
+    return helper_that_breaks(x * 2) + 1
+
+
+def helper_that_breaks(y):
+    y = y + 1
+    print("inside the helper")
+    return y * 3
+
+
+def keyword_call_breaks(x):
+    return x + kw_helper(x, scale=2.0)
+
+
+def kw_helper(x, *, scale):
+    if x.mean() > 100:  # data-dependent inside an inlined call
+        return x
+    return x * scale
+
+
+@pytest.mark.parametrize(
+    "fn, breaks",
+    [
+        (one_break, 1),
+        (two_breaks, 2),
+        (many_breaks, 4),
+        (unknown_library_call, 1),
+        (nested_call_breaks, 1),  # the call site and the helper break at one line
+        (keyword_call_breaks, 1),
+    ],
+)
+def test_breaks_match_eager(fn, breaks, capsys):
+    runtime = run_both(fn, lambda: (torch.randn(4),))
+    assert runtime.breaks == breaks
+
+
+def test_branch_on_data_runs_both_sides_on_one_compiled_object():
+    runtime = Runtime()
+    compiled = runtime.compile(branch_on_data)
+    for sign in (1.0, -1.0, 1.0, -1.0):
+        x = torch.rand(4) * sign
+        torch.testing.assert_close(compiled(x), branch_on_data(x))
+    # the function, then each side's resume function: one capture each
+    assert runtime.captures == 3
+
+
+def test_item_values_that_change_stay_correct():
+    def fn(x):
+        k = x.sum().item()
+        return x * k
+
+    runtime = Runtime()
+    compiled = runtime.compile(fn)
+    for _ in range(4):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_resume_functions_are_named_after_the_function_and_line():
+    result = capture(one_break, torch.randn(2))
+    (code,) = result.resume_codes
+    line = one_break.__code__.co_firstlineno + 2
+    assert code.co_name == f"__resume_one_break_at_{line}"
+    assert code.co_filename == one_break.__code__.co_filename
+    check_code(code)
+
+
+def test_transformed_code_reads_as_the_break():
+    result = capture(branch_on_data, torch.randn(3))
+    source = result.transformed_source
+    assert "__ember_graph0(" in source
+    assert "if not __ember_out0" in source  # the branch on the graph's output
+    assert source.count("return __ember_resume") == 2
+
+
+class Stateful(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.history = []
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x, log):
+        global COUNTER
+        self.calls = self.calls + 1
+        self.last = x * 2
+        log.append(x.sum())
+        log[0] = "first"
+        COUNTER += 1
+        x.add_(1)
+        print("state changed")
+        self.history.append(self.calls)
+        return self.lin(x) + self.last
+
+
+def test_side_effects_are_replayed_in_order():
+    global COUNTER
+    torch.manual_seed(0)
+    model, twin = Stateful(), Stateful()
+    twin.load_state_dict(model.state_dict())
+    runtime = Runtime()
+    compiled = runtime.compile(model.forward)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 3)
+            x_twin = x.clone()
+            log, log_twin = ["start"], ["start"]
+            before = COUNTER
+            out = compiled(x, log)
+            assert before + 1 == COUNTER
+            COUNTER = before
+            expected = twin(x_twin, log_twin)
+            torch.testing.assert_close(out, expected)
+            torch.testing.assert_close(x, x_twin)  # in-place update of an input
+            assert log[0] == log_twin[0] == "first" and len(log) == len(log_twin)
+            torch.testing.assert_close(log[1], log_twin[1])
+            assert model.calls == twin.calls
+            assert model.history == twin.history
+            torch.testing.assert_close(model.last, twin.last)
+
+
+def test_breaks_inside_a_with_block_or_loop_refuse_with_the_reason():
+    def in_with(x):
+        with torch.no_grad():
+            print("no grad")
+            return x * 2
+
+    def in_loop(x):
+        for i in range(2):
+            print(i)
+            x = x + i
+        return x
+
+    for fn, line in ((in_with, 2), (in_loop, 2)):
+        with pytest.raises(CaptureError) as info:
+            capture(fn, torch.randn(2))
+        assert info.value.lineno == fn.__code__.co_firstlineno + line
+        assert "print()" in info.value.reason
