@@ -111,21 +111,82 @@ def test_aot_compile_hands_aten_graph_to_the_compiler():
     assert inputs[0] is x
 
 
-def test_graphs_needing_backward_are_refused_until_the_joint_graph_exists():
+def test_no_backward_graph_without_grad_mode_or_grad_inputs():
     gm = fx_graph(lambda x: (x * 2,))
     x = torch.randn(3, requires_grad=True)
     assert needs_backward([x])
-    with pytest.raises(AotGradError, match="require grad"):
-        aot_compile(gm, [x], lambda g, e: g)
     with torch.no_grad():
         assert not needs_backward([x])
-        out = aot_compile(gm, [x], lambda g, e: g)(x)[0]
+        compiled = aot_compile(gm, [x], lambda g, e: g)
+        out = compiled(x)[0]
+    assert compiled.backward_plan is None
     torch.testing.assert_close(out, x.detach() * 2)
+    assert not needs_backward([torch.randn(3)])
 
 
-def test_op_without_meta_kernel_names_the_op_and_line():
+def test_data_dependent_op_names_the_op_and_line():
     gm = fx_graph(lambda x: (torch.nonzero(x),))
     for node in gm.graph.nodes:
         node.meta["user_loc"] = "model.py:7"
     with pytest.raises(AotGradError, match=r"aten\.nonzero.*model\.py:7"):
         trace_to_aten(gm, [torch.randn(4)])
+
+
+_lib = torch.library.Library("ember_aotgrad_test", "DEF")
+_lib.define("twice(Tensor x) -> Tensor")
+_lib.impl("twice", lambda x: x * 2, "CPU")
+
+
+def test_op_without_meta_kernel_is_traced_on_real_inputs():
+    x = torch.randn(3)
+    gm = assert_aten_graph_matches(
+        lambda x: (torch.ops.ember_aotgrad_test.twice(x) + 1,), x
+    )
+    assert torch.ops.ember_aotgrad_test.twice.default in aten_targets(gm)
+    assert x.device.type == "cpu"
+
+
+def test_factory_ops_in_the_graph_run_at_call_time():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    zeros = graph.call_function(torch.zeros, (3,))
+    noise = graph.call_function(torch.rand, (3,))
+    graph.output((graph.call_function(operator.add, (x, zeros)), noise))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    aten_gm = trace_to_aten(gm, [torch.randn(3)])
+    assert not any(n.op == "get_attr" for n in aten_gm.graph.nodes)
+    assert not torch.equal(aten_gm(torch.ones(3))[1], aten_gm(torch.ones(3))[1])
+    torch.manual_seed(3)
+    expected = gm(torch.ones(3))
+    torch.manual_seed(3)
+    for a, e in zip(aten_gm(torch.ones(3)), expected):
+        torch.testing.assert_close(a, e)
+
+
+class _Doubler(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_custom_autograd_function_is_refused_with_its_name_and_line():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(_Doubler.apply, (x,))
+    node.meta["user_loc"] = "train.py:42"
+    graph.output((node,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    with pytest.raises(AotGradError, match=r"_Doubler.*train\.py:42"):
+        aot_compile(gm, [torch.randn(3)], lambda g, e: g)
+
+
+def test_a_rule_returning_not_implemented_keeps_the_op_whole():
+    gm = fx_graph(lambda x: (torch.exp(x),))
+    x = torch.randn(4)
+    aten_gm = trace_to_aten(gm, [x], {aten.exp.default: lambda x: NotImplemented})
+    assert aten_targets(aten_gm) == [aten.exp.default]
+    torch.testing.assert_close(aten_gm(x)[0], torch.exp(x))

@@ -1,22 +1,23 @@
-"""The public entry: prepare a captured graph for a backend compiler.
+"""The public entry: prepare a captured graph for backend compilers.
 
-``aot_compile`` traces the torch-level graph to aten ops (applying decompositions)
-and hands the aten graph to ``fw_compiler``. Graphs that need a backward pass get a
-joint forward+backward graph and partitioning; until that lands they are refused
-with AotGradError so the caller can keep torch's own autograd (see docs/aotgrad.md).
+``aot_compile`` traces the torch-level graph to functional aten ops (applying
+decompositions). With no gradient needed it compiles that forward graph; otherwise
+it traces the joint forward+backward graph, partitions it, and runs the two
+compiled halves as one autograd node (see docs/aotgrad.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.fx
 
-from .errors import AotGradError
-from .trace import Decompositions, trace_to_aten
-
-Compiler = Callable[[torch.fx.GraphModule, list], Callable]
+from .decompositions import default_decompositions
+from .partition import Partitioner, min_cut_partition
+from .recorder import Decompositions
+from .runtime_wrapper import BackwardPlan, CompiledAot, Compiler
+from .trace import trace
 
 
 def needs_backward(example_inputs: Sequence[object]) -> bool:
@@ -32,19 +33,29 @@ def aot_compile(
     fw_compiler: Compiler,
     bw_compiler: Compiler | None = None,
     decompositions: Decompositions | None = None,
-) -> Callable:
-    """A callable taking ``gm``'s flat inputs and returning its flat outputs.
+    partitioner: Partitioner = min_cut_partition,
+) -> CompiledAot:
+    """A callable taking ``gm``'s flat inputs and returning its flat outputs (a tuple).
 
-    ``fw_compiler(aten_gm, example_inputs)`` receives the aten graph (not yet
-    functionalized: in-place ops on inputs stay in place). With no input requiring
-    grad (or grad mode off) no backward graph is made.
-    Raises AotGradError for graphs that need a backward graph (not built yet) or
-    that cannot be traced.
+    ``fw_compiler(aten_gm, example_inputs)`` receives the functional forward aten
+    graph; when an input requires grad under grad mode, ``bw_compiler`` (default:
+    ``fw_compiler``) receives the backward graph on the first backward call.
+    ``decompositions`` defaults to the built-in table. Raises AotGradError, naming
+    the op and the user's line, for a graph that cannot be traced.
     """
-    if needs_backward(example_inputs):
-        raise AotGradError(
-            "graphs with inputs that require grad need the joint forward+backward "
-            "graph, which aotgrad does not build yet"
-        )
-    aten_gm = trace_to_aten(gm, example_inputs, decompositions)
-    return fw_compiler(aten_gm, list(example_inputs))
+    table = default_decompositions() if decompositions is None else decompositions
+    inputs = list(example_inputs)
+    if not needs_backward(inputs):
+        traced = trace(gm, inputs, table)
+        return CompiledAot(traced, fw_compiler(traced.gm, inputs), gm)
+    traced = trace(gm, inputs, table, joint=True)
+    part = partitioner(traced.gm, traced.num_forward_outputs)
+    plan = BackwardPlan(
+        part.backward,
+        bw_compiler or fw_compiler,
+        len(part.saved),
+        traced.tangent_outputs,
+        traced.grad_inputs,
+        len(inputs),
+    )
+    return CompiledAot(traced, fw_compiler(part.forward, inputs), gm, plan, part)

@@ -1,110 +1,251 @@
-"""Re-trace a torch-level fx graph down to aten op overloads.
+"""Trace a torch-level fx graph to a functional aten graph, forward or joint.
 
-The captured graph runs node by node on meta tensors under a ``__torch_dispatch__``
-mode that records every aten call it sees into a new fx graph. Each aten node keeps
-the user's file:line of the torch-level node it came from (``meta['user_loc']``).
+``trace`` runs the captured graph under the recorder (on meta tensors, or on copies
+of the real inputs when an op has no meta kernel) and describes how the graph's
+outputs map back to the user's outputs, which inputs it mutates, and, for a joint
+trace, which outputs get tangents and which inputs get gradients.
 """
 
 from __future__ import annotations
 
 import logging
-import operator
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.fx
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .decompositions import default_decompositions
 from .errors import AotGradError
+from .functionalize import MUTATION_RULES, ViewStep
+from .recorder import (
+    AtenRecorder,
+    Decompositions,
+    LocatingInterpreter,
+    NeedsRealTensors,
+)
 
 log = logging.getLogger("ember.aotgrad")
 
-Decompositions = Mapping[torch._ops.OpOverload, Callable[..., Any]]
+
+@dataclass(frozen=True, slots=True)
+class GraphOutput:
+    """A user output that is graph output ``index``."""
+
+    index: int
 
 
-class _AtenRecorder(TorchDispatchMode):
-    """Records the aten calls made on tracked meta tensors into ``self.graph``."""
+@dataclass(frozen=True, slots=True)
+class InputAlias:
+    """A user output that is a view of input ``input_index`` (replayed at run time)."""
 
-    def __init__(self, decompositions: Decompositions) -> None:
-        super().__init__()
-        self.graph = torch.fx.Graph()
-        self.decompositions = decompositions
-        self.constants: dict[str, torch.Tensor] = {}
-        self.user_loc: str | None = None
-        self._nodes: dict[int, torch.fx.Node] = {}
-        self._alive: list[torch.Tensor] = []  # keeps ids unique while tracing
+    input_index: int
+    chain: tuple[ViewStep, ...]
 
-    def track(self, tensor: torch.Tensor, node: torch.fx.Node) -> None:
-        self._nodes[id(tensor)] = node
-        self._alive.append(tensor)
-        node.meta["val"] = tensor
 
-    def node_of(self, value: object) -> object:
+@dataclass(frozen=True, slots=True)
+class ConstantOutput:
+    """A user output that is not a tensor; returned as traced."""
+
+    value: object
+
+
+OutputSpec = GraphOutput | InputAlias | ConstantOutput
+
+
+@dataclass(frozen=True)
+class AtenTrace:
+    """A traced aten graph and how to run it.
+
+    Graph outputs are, in order: ``num_user_outputs`` user outputs, the new values
+    of ``mutated_inputs``, and (joint traces) one gradient per input in
+    ``grad_inputs``. Joint graphs take the flat inputs then one tangent per graph
+    output listed in ``tangent_outputs``.
+    """
+
+    gm: torch.fx.GraphModule
+    outputs: tuple[OutputSpec, ...]
+    num_user_outputs: int
+    mutated_inputs: tuple[int, ...]
+    tangent_outputs: tuple[int, ...] = ()
+    grad_inputs: tuple[int, ...] = ()
+    output_requires_grad: tuple[bool, ...] = ()
+
+    @property
+    def num_forward_outputs(self) -> int:
+        return self.num_user_outputs + len(self.mutated_inputs)
+
+
+def trace(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    decompositions: Decompositions,
+    joint: bool = False,
+    keep_alias_outputs: bool = False,
+) -> AtenTrace:
+    """Trace ``gm`` on ``example_inputs``; see AtenTrace for what comes back.
+
+    ``joint`` also records the backward of every output that requires grad.
+    ``keep_alias_outputs`` makes outputs that view an input graph outputs too.
+    Raises AotGradError naming the op and user line for graphs it cannot trace.
+    """
+    try:
+        return _trace(
+            gm, example_inputs, decompositions, joint, keep_alias_outputs, True
+        )
+    except NeedsRealTensors as e:
+        log.debug("no meta kernel for %s; tracing on copies of the inputs", e)
+    with torch.random.fork_rng(devices=[]):
+        return _trace(
+            gm, example_inputs, decompositions, joint, keep_alias_outputs, False
+        )
+
+
+def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_meta):
+    device = next(
+        (t.device for t in example_inputs if isinstance(t, torch.Tensor)),
+        torch.device("cpu"),
+    )
+    rec = AtenRecorder(decompositions, MUTATION_RULES, device, on_meta)
+    values = []
+    for i, value in enumerate(example_inputs):
+        node = rec.graph.placeholder(f"arg{i}")
+        if isinstance(value, torch.Tensor):
+            value = _traced_input(value, on_meta, joint)
+            rec.track(value, node, input_index=i)
+        values.append(value)
+    with torch.enable_grad() if joint else torch.no_grad(), rec:
+        outputs = LocatingInterpreter(gm, rec).run(*values)
+    flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+
+    graph_outputs: list[torch.fx.Node] = []
+    requires_grad: list[bool] = []
+    specs: list[OutputSpec] = []
+    for out in flat:
+        if not isinstance(out, torch.Tensor):
+            specs.append(ConstantOutput(out))
+            continue
+        ref = rec.ref_of(out)
+        if ref.storage.input_index is not None and not keep_alias_outputs:
+            specs.append(InputAlias(ref.storage.input_index, ref.chain))
+            continue
+        node = rec.current(ref)
+        if node not in graph_outputs:
+            graph_outputs.append(node)
+            requires_grad.append(out.requires_grad)
+        specs.append(GraphOutput(graph_outputs.index(node)))
+    num_user = len(graph_outputs)
+
+    mutated = []
+    for i, value in enumerate(values):
         if not isinstance(value, torch.Tensor):
-            return value
-        node = self._nodes.get(id(value))
-        if node is None:
-            raise AotGradError("a tensor that is not a graph input reached the trace")
-        return node
+            continue
+        storage = rec.refs[id(value)].storage
+        if storage.version:
+            if joint and value.requires_grad:
+                raise AotGradError(
+                    f"graph input {i} requires grad and is written in place; "
+                    "the graph runs eagerly"
+                )
+            mutated.append(i)
+            graph_outputs.append(storage.node)
+            requires_grad.append(False)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in self.decompositions:
-            with self:
-                return self.decompositions[func](*args, **kwargs)
-        args, kwargs = pytree.tree_map(self._lift_constant, (args, kwargs))
-        try:
-            out = func(*args, **kwargs)
-        except Exception as e:
-            where = f" (from {self.user_loc})" if self.user_loc else ""
-            raise AotGradError(
-                f"aten op {func} could not run on meta tensors{where}: "
-                f"{type(e).__name__}: {e}"
-            ) from e
-        node_args, node_kwargs = pytree.tree_map(self.node_of, (args, kwargs))
-        node = self.graph.call_function(func, node_args, node_kwargs)
-        if self.user_loc:
-            node.meta["user_loc"] = self.user_loc
-        if isinstance(out, torch.Tensor):
-            self.track(out, node)
-        elif isinstance(out, (tuple, list)):
-            for i, item in enumerate(out):
-                if isinstance(item, torch.Tensor):
-                    self.track(
-                        item, self.graph.call_function(operator.getitem, (node, i))
-                    )
-        return out
+    tangent_outputs: tuple[int, ...] = ()
+    grad_inputs: tuple[int, ...] = ()
+    if joint:
+        tangent_outputs = tuple(
+            k
+            for k in range(num_user)
+            if requires_grad[k] and _is_float(graph_outputs[k])
+        )
+        grad_inputs = tuple(
+            i
+            for i, v in enumerate(values)
+            if isinstance(v, torch.Tensor) and v.requires_grad
+        )
+        grads = _record_backward(
+            rec, flat, graph_outputs, tangent_outputs, values, grad_inputs
+        )
+        graph_outputs.extend(grads)
 
-    def _lift_constant(self, value: object) -> object:
-        """A real tensor made inside the graph (``torch.tensor(...)``) is a constant."""
-        if not isinstance(value, torch.Tensor) or value.device.type == "meta":
-            return value
-        if id(value) in self._nodes:
-            return value
-        name = f"_tensor_constant{len(self.constants)}"
-        self.constants[name] = value
-        meta = _meta_like(value)
-        self.track(meta, self.graph.get_attr(name))
-        return meta
-
-
-def _meta_like(t: torch.Tensor) -> torch.Tensor:
-    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    return meta.requires_grad_(t.requires_grad) if t.is_floating_point() else meta
+    rec.graph.output(tuple(graph_outputs))
+    rec.graph.eliminate_dead_code(is_impure_node=_is_impure)
+    root = torch.nn.Module()
+    for name, value in rec.constants.items():
+        root.register_buffer(name, value)
+    aten_gm = torch.fx.GraphModule(root, rec.graph, class_name="AtenGraph")
+    log.debug("aten graph:\n%s", aten_gm.code)
+    return AtenTrace(
+        aten_gm,
+        tuple(specs),
+        num_user,
+        tuple(mutated),
+        tangent_outputs,
+        grad_inputs,
+        tuple(requires_grad[:num_user]),
+    )
 
 
-class _LocatingInterpreter(torch.fx.Interpreter):
-    """Runs the torch-level graph, telling the recorder which user line is running."""
+def _record_backward(rec, flat, graph_outputs, tangent_outputs, values, grad_inputs):
+    """Records autograd's backward of the traced outputs; returns the grad nodes."""
+    if not tangent_outputs or not grad_inputs:
+        return [None] * len(grad_inputs)
+    by_node = {}
+    for out in flat:
+        if isinstance(out, torch.Tensor) and id(out) in rec.refs:
+            by_node.setdefault(rec.current(rec.refs[id(out)]), out)
+    outs, tangents = [], []
+    first_call = next(n for n in rec.graph.nodes if n.op != "placeholder")
+    for k in tangent_outputs:
+        node = graph_outputs[k]
+        val = node.meta["val"]
+        tangent = torch.empty(
+            val.shape, dtype=val.dtype, device="meta" if rec.on_meta else val.device
+        )
+        if not rec.on_meta:
+            tangent.fill_(1.0)
+        with rec.graph.inserting_before(first_call):
+            rec.track(tangent, rec.graph.placeholder(f"tangent{k}"))
+        outs.append(by_node[node])
+        tangents.append(tangent)
+    inputs = [values[i] for i in grad_inputs]
+    rec.user_loc = None
+    try:
+        with rec:
+            grads = torch.autograd.grad(outs, inputs, tangents, allow_unused=True)
+    except (AotGradError, NeedsRealTensors):
+        raise
+    except Exception as e:
+        raise AotGradError(
+            f"recording the backward failed: {type(e).__name__}: {e}"
+        ) from e
+    return [None if g is None else rec.current(rec.ref_of(g)) for g in grads]
 
-    def __init__(self, gm: torch.fx.GraphModule, recorder: _AtenRecorder) -> None:
-        super().__init__(gm)
-        self.recorder = recorder
 
-    def run_node(self, n: torch.fx.Node) -> Any:
-        self.recorder.user_loc = n.meta.get("user_loc")
-        return super().run_node(n)
+def _traced_input(value: torch.Tensor, on_meta: bool, joint: bool) -> torch.Tensor:
+    if on_meta:
+        traced = torch.empty_strided(
+            value.shape, value.stride(), dtype=value.dtype, device="meta"
+        )
+    else:
+        traced = value.detach().clone(memory_format=torch.preserve_format)
+    if joint and value.requires_grad:
+        traced.requires_grad_(True)
+    return traced
+
+
+def _is_float(node: torch.fx.Node) -> bool:
+    val = node.meta["val"]
+    return val.is_floating_point() or val.is_complex()
+
+
+def _is_impure(node: torch.fx.Node) -> bool:
+    # Dropping an unused random op would shift the RNG stream against eager.
+    if node.op in ("placeholder", "output"):
+        return True
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
 
 
 def trace_to_aten(
@@ -112,28 +253,11 @@ def trace_to_aten(
     example_inputs: Sequence[object],
     decompositions: Decompositions | None = None,
 ) -> torch.fx.GraphModule:
-    """A GraphModule of aten op overloads computing what ``gm`` computes.
+    """A functional GraphModule of aten op overloads computing what ``gm`` computes.
 
-    Inputs are the same flat list as ``gm``'s; the result returns a flat tuple. Ops
-    in ``decompositions`` are replaced by what their rule calls.
+    Inputs are the same flat list as ``gm``'s. The result returns a flat tuple: the
+    user's outputs, then the new value of each input the graph writes in place.
+    ``decompositions`` defaults to the built-in table (``{}`` decomposes nothing).
     """
-    recorder = _AtenRecorder(decompositions or {})
-    meta_inputs = []
-    for i, value in enumerate(example_inputs):
-        if isinstance(value, torch.Tensor):
-            meta = _meta_like(value)
-            recorder.track(meta, recorder.graph.placeholder(f"arg{i}"))
-            meta_inputs.append(meta)
-        else:
-            recorder.graph.placeholder(f"arg{i}")
-            meta_inputs.append(value)
-    with recorder:
-        outputs = _LocatingInterpreter(gm, recorder).run(*meta_inputs)
-    flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    recorder.graph.output(tuple(recorder.node_of(o) for o in flat))
-    root = torch.nn.Module()
-    for name, value in recorder.constants.items():
-        root.register_buffer(name, value)
-    aten_gm = torch.fx.GraphModule(root, recorder.graph, class_name="AtenGraph")
-    log.debug("aten graph:\n%s", aten_gm.code)
-    return aten_gm
+    table = default_decompositions() if decompositions is None else decompositions
+    return trace(gm, example_inputs, table, keep_alias_outputs=True).gm

@@ -82,8 +82,10 @@ def _through_aotgrad(fw_compiler, log: CompileLog) -> Backend:
             return ember_aotgrad.aot_compile(gm, example_inputs, fw_compiler)
         except ember_aotgrad.AotGradError as e:
             # The torch-level graph still runs correctly under torch's autograd.
-            log.eager_graph_reasons.append(str(e))
-            warn_user(f"ember: a captured graph runs with torch's autograd: {e}")
+            # (torch.fx appends the failing node to the message: keep the reason.)
+            reason = str(e).split("\n\n")[0]
+            log.eager_graph_reasons.append(reason)
+            warn_user(f"ember: a captured graph runs as captured, with torch: {reason}")
             return gm
 
     return backend

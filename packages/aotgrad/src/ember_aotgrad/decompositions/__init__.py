@@ -1,0 +1,23 @@
+"""Decompositions from composite and backward aten ops down to the core op set.
+
+``default_decompositions()`` is the table aot_compile uses; forward.py and
+backward.py hold the rules, each registered next to its code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import backward, forward  # noqa: F401  (modules register their rules)
+from .registry import DECOMPOSITIONS, register_decomposition
+
+
+def default_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
+    """A copy of the built-in table, safe to extend or trim."""
+    return dict(DECOMPOSITIONS)
+
+
+__all__ = ["DECOMPOSITIONS", "default_decompositions", "register_decomposition"]

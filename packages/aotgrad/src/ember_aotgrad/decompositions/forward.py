@@ -1,0 +1,497 @@
+"""Decomposition rules for forward ops: activations, norms, losses, reductions,
+views and creation ops, written with core aten ops."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .registry import register_decomposition
+
+aten = torch.ops.aten
+
+_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM = 0, 1, 2
+
+
+def reduce_dims(x: torch.Tensor, dim) -> list[int]:
+    """``dim`` (None, an int or a list; empty means all) as sorted non-negative ints."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.dim()))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted(d % max(x.dim(), 1) for d in dims)
+
+
+def count(x: torch.Tensor, dims: list[int]) -> int:
+    return math.prod(x.shape[d] for d in dims) if x.dim() else 1
+
+
+def scalar(value, like: torch.Tensor) -> torch.Tensor:
+    return aten.scalar_tensor.default(value, dtype=like.dtype, device=like.device)
+
+
+def sum_keep(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return aten.sum.dim_IntList(x, dims, True)
+
+
+def apply_reduction(loss: torch.Tensor, reduction: int) -> torch.Tensor:
+    if reduction == _REDUCTION_MEAN:
+        return aten.div.Scalar(aten.sum.default(loss), loss.numel())
+    if reduction == _REDUCTION_SUM:
+        return aten.sum.default(loss)
+    return loss
+
+
+# -- activations ---------------------------------------------------------------
+
+
+@register_decomposition(aten.gelu.default)
+def gelu(x, approximate="none"):
+    if approximate == "tanh":
+        inner = aten.mul.Tensor(x, aten.mul.Tensor(x, x))
+        inner = aten.add.Tensor(x, aten.mul.Scalar(inner, 0.044715))
+        t = aten.tanh.default(aten.mul.Scalar(inner, math.sqrt(2 / math.pi)))
+        return aten.mul.Tensor(aten.mul.Scalar(x, 0.5), aten.add.Scalar(t, 1))
+    cdf = aten.erf.default(aten.mul.Scalar(x, 1 / math.sqrt(2)))
+    return aten.mul.Tensor(aten.mul.Scalar(x, 0.5), aten.add.Scalar(cdf, 1))
+
+
+@register_decomposition(aten.silu.default)
+def silu(x):
+    return aten.mul.Tensor(x, aten.sigmoid.default(x))
+
+
+@register_decomposition(aten.softplus.default)
+def softplus(x, beta=1, threshold=20):
+    scaled = aten.mul.Scalar(x, beta)
+    soft = aten.div.Scalar(aten.log1p.default(aten.exp.default(scaled)), beta)
+    return aten.where.self(aten.gt.Scalar(scaled, threshold), x, soft)
+
+
+@register_decomposition(aten.mish.default)
+def mish(x):
+    return aten.mul.Tensor(x, aten.tanh.default(softplus(x)))
+
+
+@register_decomposition(aten.hardsigmoid.default)
+def hardsigmoid(x):
+    return aten.div.Scalar(aten.clamp.default(aten.add.Scalar(x, 3), 0, 6), 6)
+
+
+@register_decomposition(aten.hardswish.default)
+def hardswish(x):
+    return aten.mul.Tensor(x, hardsigmoid(x))
+
+
+@register_decomposition(aten.hardtanh.default)
+def hardtanh(x, min_val=-1, max_val=1):
+    return aten.clamp.default(x, min_val, max_val)
+
+
+@register_decomposition(aten._softmax.default)
+def softmax(x, dim, half_to_float):
+    if half_to_float:
+        x = aten._to_copy.default(x, dtype=torch.float32)
+    shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
+    e = aten.exp.default(shifted)
+    return aten.div.Tensor(e, sum_keep(e, [dim]))
+
+
+@register_decomposition(aten._log_softmax.default)
+def log_softmax(x, dim, half_to_float):
+    if half_to_float:
+        x = aten._to_copy.default(x, dtype=torch.float32)
+    shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
+    lse = aten.log.default(sum_keep(aten.exp.default(shifted), [dim]))
+    return aten.sub.Tensor(shifted, lse)
+
+
+@register_decomposition(aten._safe_softmax.default)
+def safe_softmax(x, dim, dtype=None):
+    # Like softmax, but a row that is all -inf gives zeros instead of NaN.
+    if dtype is not None:
+        x = aten._to_copy.default(x, dtype=dtype)
+    out = softmax(x, dim, False)
+    masked = aten.eq.Scalar(aten.amax.default(x, [dim], True), -math.inf)
+    return aten.where.self(masked, scalar(0, out), out)
+
+
+# -- normalization -------------------------------------------------------------
+
+
+@register_decomposition(aten.native_layer_norm.default)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    mean = aten.div.Scalar(sum_keep(x, dims), count(x, dims))
+    centered = aten.sub.Tensor(x, mean)
+    var = aten.div.Scalar(
+        sum_keep(aten.mul.Tensor(centered, centered), dims), count(x, dims)
+    )
+    rstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    out = aten.mul.Tensor(centered, rstd)
+    if weight is not None:
+        out = aten.mul.Tensor(out, weight)
+    if bias is not None:
+        out = aten.add.Tensor(out, bias)
+    return out, mean, rstd
+
+
+def channel_shape(x: torch.Tensor) -> list[int]:
+    """The shape that broadcasts a per-channel [C] tensor against ``x`` [N, C, ...]."""
+    return [1, x.shape[1]] + [1] * (x.dim() - 2)
+
+
+def _batch_stats(x):
+    dims = [0, *range(2, x.dim())]
+    n = count(x, dims)
+    mean = aten.div.Scalar(aten.sum.dim_IntList(x, dims), n)
+    centered = aten.sub.Tensor(x, aten.view.default(mean, channel_shape(x)))
+    sq = aten.mul.Tensor(centered, centered)
+    var = aten.div.Scalar(aten.sum.dim_IntList(sq, dims), n)
+    return mean, var, n
+
+
+def _normalize(x, mean, invstd, weight, bias):
+    shape = channel_shape(x)
+    out = aten.mul.Tensor(
+        aten.sub.Tensor(x, aten.view.default(mean, shape)),
+        aten.view.default(invstd, shape),
+    )
+    if weight is not None:
+        out = aten.mul.Tensor(out, aten.view.default(weight, shape))
+    if bias is not None:
+        out = aten.add.Tensor(out, aten.view.default(bias, shape))
+    return out
+
+
+@register_decomposition(aten._native_batch_norm_legit_functional.default)
+def batch_norm_functional(
+    x, weight, bias, running_mean, running_var, training, momentum, eps
+):
+    if not training:
+        return NotImplemented
+    mean, var, n = _batch_stats(x)
+    invstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    out = _normalize(x, mean, invstd, weight, bias)
+    new_mean = aten.add.Tensor(
+        aten.mul.Scalar(running_mean, 1 - momentum), aten.mul.Scalar(mean, momentum)
+    )
+    unbiased = aten.mul.Scalar(var, n / max(n - 1, 1))
+    new_var = aten.add.Tensor(
+        aten.mul.Scalar(running_var, 1 - momentum), aten.mul.Scalar(unbiased, momentum)
+    )
+    return out, mean, invstd, new_mean, new_var
+
+
+@register_decomposition(aten._native_batch_norm_legit.no_stats)
+def batch_norm_no_stats(x, weight, bias, training, momentum, eps):
+    if not training:
+        return NotImplemented
+    mean, var, _ = _batch_stats(x)
+    invstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    return _normalize(x, mean, invstd, weight, bias), mean, invstd
+
+
+@register_decomposition(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
+    invstd = aten.rsqrt.default(aten.add.Scalar(running_var, eps))
+    out = _normalize(x, running_mean, invstd, weight, bias)
+    # Like native_batch_norm in eval mode: no batch statistics are saved.
+    save_mean = aten.full.default([0], 0, dtype=x.dtype, device=x.device)
+    save_invstd = aten.full.default([0], 0, dtype=x.dtype, device=x.device)
+    return out, save_mean, save_invstd
+
+
+@register_decomposition(aten.native_group_norm.default)
+def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
+    grouped = aten.view.default(x, [n, group, (c // group) * hxw])
+    size = grouped.shape[-1]
+    mean = aten.div.Scalar(sum_keep(grouped, [2]), size)
+    centered = aten.sub.Tensor(grouped, mean)
+    var = aten.div.Scalar(sum_keep(aten.mul.Tensor(centered, centered), [2]), size)
+    rstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    out = aten.view.default(aten.mul.Tensor(centered, rstd), list(x.shape))
+    shape = channel_shape(x)
+    if weight is not None:
+        out = aten.mul.Tensor(out, aten.view.default(weight, shape))
+    if bias is not None:
+        out = aten.add.Tensor(out, aten.view.default(bias, shape))
+    return out, aten.view.default(mean, [n, group]), aten.view.default(rstd, [n, group])
+
+
+# -- linear algebra and reductions ---------------------------------------------
+
+
+@register_decomposition(aten.addmm.default)
+def addmm(bias, m1, m2, beta=1, alpha=1):
+    out = aten.mm.default(m1, m2)
+    if alpha != 1:
+        out = aten.mul.Scalar(out, alpha)
+    if beta == 0:
+        return out
+    return aten.add.Tensor(out, bias if beta == 1 else aten.mul.Scalar(bias, beta))
+
+
+@register_decomposition(aten.mean.dim)
+def mean_dim(x, dim, keepdim=False, dtype=None):
+    dims = reduce_dims(x, dim)
+    return aten.div.Scalar(
+        aten.sum.dim_IntList(x, dims, keepdim, dtype=dtype), count(x, dims)
+    )
+
+
+@register_decomposition(aten.mean.default)
+def mean(x, dtype=None):
+    return aten.div.Scalar(aten.sum.default(x, dtype=dtype), max(x.numel(), 1))
+
+
+@register_decomposition(aten.var.correction)
+def var(x, dim=None, *, correction=None, keepdim=False):
+    dims = reduce_dims(x, dim)
+    n = count(x, dims)
+    centered = aten.sub.Tensor(x, aten.div.Scalar(sum_keep(x, dims), n))
+    sq = aten.mul.Tensor(centered, centered)
+    denom = n - (1 if correction is None else correction)
+    return aten.div.Scalar(aten.sum.dim_IntList(sq, dims, keepdim), denom)
+
+
+@register_decomposition(aten.std.correction)
+def std(x, dim=None, *, correction=None, keepdim=False):
+    return aten.sqrt.default(var(x, dim, correction=correction, keepdim=keepdim))
+
+
+@register_decomposition(aten.logsumexp.default)
+def logsumexp(x, dim, keepdim=False):
+    dims = reduce_dims(x, dim)
+    top = aten.amax.default(x, dims, True)
+    top = aten.where.self(aten.isinf.default(top), scalar(0, top), top)
+    summed = sum_keep(aten.exp.default(aten.sub.Tensor(x, top)), dims)
+    out = aten.add.Tensor(aten.log.default(summed), top)
+    return out if keepdim else aten.squeeze.dims(out, dims)
+
+
+# -- losses and embedding ------------------------------------------------------
+
+
+def picked_weights(x, target, weight, ignore_index):
+    """Per-sample class weights, zero where the target is ignored, and safe targets."""
+    keep = aten.ne.Scalar(target, ignore_index)
+    safe = aten.where.self(keep, target, scalar(0, target))
+    w = aten._to_copy.default(keep, dtype=x.dtype)
+    if weight is not None:
+        w = aten.mul.Tensor(w, aten.index_select.default(weight, 0, safe))
+    return safe, w
+
+
+@register_decomposition(aten.nll_loss_forward.default)
+def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    if x.dim() not in (1, 2):
+        return NotImplemented
+    x2 = x if x.dim() == 2 else aten.unsqueeze.default(x, 0)
+    t2 = target if target.dim() == 1 else aten.unsqueeze.default(target, 0)
+    safe, w = picked_weights(x2, t2, weight, ignore_index)
+    picked = aten.squeeze.dim(
+        aten.gather.default(x2, 1, aten.unsqueeze.default(safe, 1)), 1
+    )
+    loss = aten.neg.default(aten.mul.Tensor(picked, w))
+    total = aten.sum.default(w)
+    if reduction == _REDUCTION_MEAN:
+        return aten.div.Tensor(aten.sum.default(loss), total), total
+    if reduction == _REDUCTION_SUM:
+        return aten.sum.default(loss), total
+    return (loss if x.dim() == 2 else aten.squeeze.dim(loss, 0)), total
+
+
+@register_decomposition(aten.mse_loss.default)
+def mse_loss(x, target, reduction=_REDUCTION_MEAN):
+    diff = aten.sub.Tensor(x, target)
+    return apply_reduction(aten.mul.Tensor(diff, diff), reduction)
+
+
+@register_decomposition(aten.embedding.default)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if not indices.is_contiguous():
+        indices = aten.clone.default(indices, memory_format=torch.contiguous_format)
+    flat = aten.view.default(indices, [-1])
+    rows = aten.index_select.default(weight, 0, flat)
+    return aten.view.default(rows, [*indices.shape, weight.shape[1]])
+
+
+# -- views ---------------------------------------------------------------------
+
+
+def _permutation_swapping(rank: int, a: int, b: int) -> list[int]:
+    perm = list(range(rank))
+    perm[a % max(rank, 1)], perm[b % max(rank, 1)] = (
+        perm[b % max(rank, 1)],
+        perm[a % max(rank, 1)],
+    )
+    return perm
+
+
+@register_decomposition(aten.transpose.int)
+def transpose(x, dim0, dim1):
+    if x.dim() == 0:
+        return aten.alias.default(x)
+    return aten.permute.default(x, _permutation_swapping(x.dim(), dim0, dim1))
+
+
+@register_decomposition(aten.t.default)
+def t(x):
+    if x.dim() < 2:
+        return aten.alias.default(x)
+    return aten.permute.default(x, [1, 0])
+
+
+@register_decomposition(aten._unsafe_view.default)
+def unsafe_view(x, size):
+    return aten.view.default(x, size)
+
+
+@register_decomposition(aten.split.Tensor)
+def split(x, split_size, dim=0):
+    dim = dim % x.dim()
+    length = x.shape[dim]
+    starts = range(0, max(length, 1), split_size) if length else [0]
+    return [aten.slice.Tensor(x, dim, s, min(s + split_size, length)) for s in starts]
+
+
+@register_decomposition(aten.split_with_sizes.default)
+def split_with_sizes(x, split_sizes, dim=0):
+    dim = dim % x.dim()
+    starts = [sum(split_sizes[:i]) for i in range(len(split_sizes))]
+    return [aten.slice.Tensor(x, dim, s, s + n) for s, n in zip(starts, split_sizes)]
+
+
+@register_decomposition(aten.unbind.int)
+def unbind(x, dim=0):
+    return [aten.select.int(x, dim, i) for i in range(x.shape[dim])]
+
+
+# -- creation and data movement ------------------------------------------------
+
+
+def _float_default(kwargs: dict) -> dict:
+    return {**kwargs, "dtype": kwargs.get("dtype") or torch.get_default_dtype()}
+
+
+@register_decomposition(aten.zeros.default)
+def zeros(size, **kwargs):
+    return aten.full.default(size, 0, **_float_default(kwargs))
+
+
+@register_decomposition(aten.ones.default)
+def ones(size, **kwargs):
+    return aten.full.default(size, 1, **_float_default(kwargs))
+
+
+@register_decomposition(aten.zeros_like.default)
+def zeros_like(x, **kwargs):
+    return aten.full_like.default(x, 0, **kwargs)
+
+
+@register_decomposition(aten.ones_like.default)
+def ones_like(x, **kwargs):
+    return aten.full_like.default(x, 1, **kwargs)
+
+
+def _like(x, kwargs: dict) -> dict:
+    return {
+        "dtype": kwargs.get("dtype") or x.dtype,
+        "device": kwargs.get("device") or x.device,
+    }
+
+
+@register_decomposition(aten.new_zeros.default)
+def new_zeros(x, size, **kwargs):
+    return aten.full.default(size, 0, **_like(x, kwargs))
+
+
+@register_decomposition(aten.new_ones.default)
+def new_ones(x, size, **kwargs):
+    return aten.full.default(size, 1, **_like(x, kwargs))
+
+
+@register_decomposition(aten.new_full.default)
+def new_full(x, size, fill_value, **kwargs):
+    return aten.full.default(size, fill_value, **_like(x, kwargs))
+
+
+@register_decomposition(aten.new_empty.default)
+def new_empty(x, size, **kwargs):
+    return aten.empty.memory_format(size, **_like(x, kwargs))
+
+
+@register_decomposition(aten.new_empty_strided.default)
+def new_empty_strided(x, size, stride, **kwargs):
+    return aten.empty_strided.default(size, stride, **_like(x, kwargs))
+
+
+@register_decomposition(aten.copy.default)
+def copy(x, src, non_blocking=False):
+    if src.dtype != x.dtype or src.device != x.device:
+        src = aten._to_copy.default(src, dtype=x.dtype, device=x.device)
+    return aten.clone.default(aten.expand.default(src, list(x.shape)))
+
+
+@register_decomposition(aten.fill.Scalar)
+def fill(x, value):
+    return aten.full_like.default(x, value)
+
+
+@register_decomposition(aten.fill.Tensor)
+def fill_tensor(x, value):
+    return copy(x, value)
+
+
+@register_decomposition(aten.zero.default)
+def zero(x):
+    return aten.full_like.default(x, 0)
+
+
+@register_decomposition(aten.masked_fill.Scalar)
+def masked_fill(x, mask, value):
+    return aten.where.self(mask, scalar(value, x), x)
+
+
+@register_decomposition(aten.masked_fill.Tensor)
+def masked_fill_tensor(x, mask, value):
+    return aten.where.self(mask, aten._to_copy.default(value, dtype=x.dtype), x)
+
+
+@register_decomposition(aten.rsub.Scalar)
+def rsub(x, other, alpha=1):
+    scaled = x if alpha == 1 else aten.mul.Scalar(x, alpha)
+    return aten.add.Scalar(aten.neg.default(scaled), other)
+
+
+@register_decomposition(aten.rsub.Tensor)
+def rsub_tensor(x, other, alpha=1):
+    return aten.sub.Tensor(other, x, alpha=alpha)
+
+
+@register_decomposition(aten.stack.default)
+def stack(tensors, dim=0):
+    dim = dim % (tensors[0].dim() + 1)
+    return aten.cat.default([aten.unsqueeze.default(t, dim) for t in tensors], dim)
+
+
+def _band(x, diagonal, lower: bool):
+    rows, cols = x.shape[-2], x.shape[-1]
+    r = aten.unsqueeze.default(aten.arange.default(rows, device=x.device), 1)
+    c = aten.arange.default(cols, device=x.device)
+    offset = aten.sub.Tensor(c, r)
+    keep = (
+        aten.le.Scalar(offset, diagonal) if lower else aten.ge.Scalar(offset, diagonal)
+    )
+    return aten.where.self(keep, x, scalar(0, x))
+
+
+@register_decomposition(aten.tril.default)
+def tril(x, diagonal=0):
+    return _band(x, diagonal, lower=True)
+
+
+@register_decomposition(aten.triu.default)
+def triu(x, diagonal=0):
+    return _band(x, diagonal, lower=False)

@@ -1,0 +1,236 @@
+"""Split a joint forward+backward aten graph into a forward and a backward graph.
+
+The joint graph takes the flat inputs then the tangents, and returns the forward
+outputs then the gradients. A partitioner picks the values the forward saves for
+the backward: ``default_partition`` saves every forward value the backward reads;
+``min_cut_partition`` finds the cheapest set of values to save (in bytes) from
+which the backward can recompute the rest with pointwise and view ops.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+
+from .core import RECOMPUTABLE, VIEWS
+
+
+@dataclass(frozen=True)
+class Partition:
+    """``forward(*inputs)`` returns the forward outputs then the saved values;
+    ``backward(*saved, *tangents)`` returns one gradient (or None) per grad input.
+    ``saved_bytes`` counts saved tensors that are not inputs or views of inputs."""
+
+    forward: torch.fx.GraphModule
+    backward: torch.fx.GraphModule
+    saved: tuple[str, ...]
+    saved_bytes: int
+
+
+Partitioner = Callable[[torch.fx.GraphModule, int], Partition]
+
+
+def default_partition(
+    joint: torch.fx.GraphModule, num_forward_outputs: int
+) -> Partition:
+    """Saves each value computed without tangents that the backward reads."""
+    graph = _JointView(joint, num_forward_outputs)
+    saved = [
+        n
+        for n in graph.backward_needed
+        if n not in graph.tangent_dependent
+        and n.op != "get_attr"
+        and (n in graph.grads or any(u in graph.backward_ops for u in n.users))
+    ]
+    return _split(graph, saved)
+
+
+def min_cut_partition(
+    joint: torch.fx.GraphModule, num_forward_outputs: int
+) -> Partition:
+    """Saves the fewest bytes: cheap pointwise and view ops are recomputed in the
+    backward from the saved values instead of being saved themselves."""
+    graph = _JointView(joint, num_forward_outputs)
+    candidates = [
+        n
+        for n in graph.backward_needed
+        if n not in graph.tangent_dependent and n.op != "get_attr"
+    ]
+    members = set(candidates)
+    flow = _FlowGraph()
+    for n in candidates:
+        flow.add(("in", n), ("out", n), _weight(n))
+        if n.op == "placeholder" or not _recomputable(n):
+            flow.add(flow.source, ("in", n), _INF)
+        if n in graph.grads or any(u in graph.backward_ops for u in n.users):
+            flow.add(("out", n), flow.sink, _INF)
+        for user in n.users:
+            if user in members:
+                flow.add(("out", n), ("in", user), _INF)
+    reachable = flow.source_side()
+    saved = [
+        n for n in candidates if ("in", n) in reachable and ("out", n) not in reachable
+    ]
+    return _split(graph, saved)
+
+
+_INF = 1 << 62
+
+
+def _recomputable(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in RECOMPUTABLE
+
+
+def _weight(node: torch.fx.Node) -> int:
+    """Bytes kept alive by saving ``node``; inputs are alive anyway."""
+    if _is_input_view(node):
+        return 0
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return _INF  # a tuple-valued op: save its getitems instead
+    return val.numel() * val.element_size()
+
+
+def _is_input_view(node: torch.fx.Node) -> bool:
+    while node.op == "call_function" and node.target in VIEWS:
+        node = node.args[0]
+    return node.op == "placeholder"
+
+
+class _JointView:
+    """The joint graph's parts: inputs, tangents, outputs and who depends on what."""
+
+    def __init__(self, joint: torch.fx.GraphModule, num_forward_outputs: int) -> None:
+        self.joint = joint
+        nodes = list(joint.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        self.tangents = [n for n in placeholders if n.name.startswith("tangent")]
+        self.inputs = [n for n in placeholders if n not in self.tangents]
+        outputs = list(nodes[-1].args[0])
+        self.forward_outputs = outputs[:num_forward_outputs]
+        self.grad_outputs = outputs[num_forward_outputs:]
+        self.grads = {g for g in self.grad_outputs if g is not None}
+        self.tangent_dependent = _descendants(self.tangents)
+        self.backward_needed = _ancestors(self.grads, nodes)
+        self.backward_ops = {
+            n for n in self.backward_needed if n in self.tangent_dependent
+        }
+
+
+def _descendants(roots: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
+    seen = set(roots)
+    queue = deque(seen)
+    while queue:
+        for user in queue.popleft().users:
+            if user not in seen and user.op != "output":
+                seen.add(user)
+                queue.append(user)
+    return seen
+
+
+def _ancestors(
+    roots: Iterable[torch.fx.Node],
+    order: list[torch.fx.Node],
+    stop: set[torch.fx.Node] = frozenset(),
+) -> list[torch.fx.Node]:
+    """``roots`` and all they read (not reading past ``stop``), in graph order."""
+    seen = set()
+    stack = [r for r in roots if r is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            stack.extend(node.all_input_nodes)
+    return [n for n in order if n in seen]
+
+
+def _split(graph: _JointView, saved: list[torch.fx.Node]) -> Partition:
+    order = list(graph.joint.graph.nodes)
+    fw = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in _ancestors([*graph.forward_outputs, *saved, *graph.inputs], order):
+        env[n] = fw.node_copy(n, env.__getitem__)
+    fw.output(tuple(env[n] for n in [*graph.forward_outputs, *saved]))
+
+    bw = torch.fx.Graph()
+    benv: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in saved:
+        benv[n] = bw.placeholder(n.name)
+        benv[n].meta = dict(n.meta)
+    for t in graph.tangents:
+        benv[t] = bw.node_copy(t, benv.__getitem__)
+    boundary = set(saved) | set(graph.tangents)
+    for n in _ancestors(graph.grads, order, stop=boundary):
+        if n not in benv:
+            if n.op == "placeholder":
+                raise AssertionError(f"partition did not save input {n.name}")
+            benv[n] = bw.node_copy(n, benv.__getitem__)
+    bw.output(tuple(None if g is None else benv[g] for g in graph.grad_outputs))
+    for g in (fw, bw):
+        g.eliminate_dead_code(is_impure_node=_keeps)
+    return Partition(
+        torch.fx.GraphModule(graph.joint, fw, class_name="ForwardGraph"),
+        torch.fx.GraphModule(graph.joint, bw, class_name="BackwardGraph"),
+        tuple(n.name for n in saved),
+        sum(_weight(n) for n in saved),
+    )
+
+
+def _keeps(node: torch.fx.Node) -> bool:
+    return node.op in ("placeholder", "output") or (
+        torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    )
+
+
+class _FlowGraph:
+    """A directed graph with capacities and a max-flow/min-cut (Edmonds-Karp)."""
+
+    source, sink = ("source",), ("sink",)
+
+    def __init__(self) -> None:
+        self.capacity: dict[object, dict[object, int]] = {}
+
+    def add(self, a: object, b: object, capacity: int) -> None:
+        self.capacity.setdefault(a, {})
+        self.capacity.setdefault(b, {}).setdefault(a, 0)
+        self.capacity[a][b] = min(self.capacity[a].get(b, 0) + capacity, _INF)
+
+    def _augmenting_path(self) -> dict[object, object] | None:
+        parent = {self.source: None}
+        queue = deque([self.source])
+        while queue:
+            a = queue.popleft()
+            for b, cap in self.capacity.get(a, {}).items():
+                if cap > 0 and b not in parent:
+                    parent[b] = a
+                    if b == self.sink:
+                        return parent
+                    queue.append(b)
+        return None
+
+    def source_side(self) -> set[object]:
+        """Saturates the graph, then returns the nodes the source still reaches."""
+        while (parent := self._augmenting_path()) is not None:
+            path, b = [], self.sink
+            while parent[b] is not None:
+                path.append((parent[b], b))
+                b = parent[b]
+            push = min(self.capacity[a][b] for a, b in path)
+            for a, b in path:
+                self.capacity[a][b] -= push
+                self.capacity[b][a] += push
+        reached = {self.source}
+        queue = deque([self.source])
+        while queue:
+            a = queue.popleft()
+            for b, cap in self.capacity.get(a, {}).items():
+                if cap > 0 and b not in reached:
+                    reached.add(b)
+                    queue.append(b)
+        return reached

@@ -1,0 +1,141 @@
+"""Run compiled aten graphs as the user's graph: one autograd node, input
+mutations written back, and outputs that alias inputs returned as their views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+
+from .errors import AotGradError
+from .partition import Partition
+from .trace import AtenTrace, ConstantOutput, GraphOutput, InputAlias, OutputSpec
+
+Compiler = Callable[[torch.fx.GraphModule, list], Callable]
+
+
+@dataclass
+class BackwardPlan:
+    """How the autograd node runs the backward graph.
+
+    The backward is compiled on its first call, with the real saved tensors and
+    tangents as example inputs.
+    """
+
+    graph: torch.fx.GraphModule
+    compiler: Compiler
+    num_saved: int
+    tangent_outputs: tuple[int, ...]  # forward outputs that receive a tangent
+    grad_inputs: tuple[int, ...]  # inputs that receive a gradient
+    num_inputs: int
+    compiled: Callable | None = field(default=None, repr=False)
+
+    def run(self, args: list) -> Sequence:
+        if self.compiled is None:
+            self.compiled = self.compiler(self.graph, args)
+        return self.compiled(*args)
+
+
+class AotFunction(torch.autograd.Function):
+    """Runs the compiled forward; its backward runs the compiled backward graph."""
+
+    @staticmethod
+    def forward(ctx, runner: CompiledAot, *inputs):
+        outs = runner.forward(*inputs)
+        plan = runner.backward_plan
+        num_fw = runner.trace.num_forward_outputs
+        ctx.plan = plan
+        ctx.save_for_backward(*outs[num_fw:])
+        fw_outs = tuple(outs[:num_fw])
+        differentiable = set(plan.tangent_outputs)
+        ctx.mark_non_differentiable(
+            *(o for k, o in enumerate(fw_outs) if k not in differentiable)
+        )
+        return fw_outs
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        if torch.is_grad_enabled():
+            raise AotGradError(
+                "double backward (create_graph=True) through a graph compiled by "
+                "ember_aotgrad is not supported; run that function without ember"
+            )
+        plan: BackwardPlan = ctx.plan
+        tangents = [grad_outputs[k].contiguous() for k in plan.tangent_outputs]
+        grads = plan.run([*ctx.saved_tensors, *tangents])
+        per_input: list[torch.Tensor | None] = [None] * plan.num_inputs
+        for i, g in zip(plan.grad_inputs, grads):
+            per_input[i] = g
+        return (None, *per_input)
+
+
+@dataclass
+class CompiledAot:
+    """The callable aot_compile returns: flat inputs in, flat tuple of outputs out.
+
+    ``forward`` is the compiled forward graph (returning the forward outputs and,
+    with a backward, the saved values); ``eager`` is the torch-level graph, run when
+    a call needs what the compiled graphs cannot give (see ``__call__``).
+    """
+
+    trace: AtenTrace
+    forward: Callable
+    eager: torch.fx.GraphModule
+    backward_plan: BackwardPlan | None = None
+    partition: Partition | None = None  # for inspection: what the forward saves
+
+    def __call__(self, *inputs):
+        if self._must_run_eagerly(inputs):
+            out = self.eager(*inputs)
+            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if self.backward_plan is not None and torch.is_grad_enabled():
+            outs = AotFunction.apply(self, *inputs)
+        else:
+            outs = self.forward(*inputs)
+        num_user = self.trace.num_user_outputs
+        with torch.no_grad():
+            for k, i in enumerate(self.trace.mutated_inputs):
+                inputs[i].copy_(outs[num_user + k])
+        return tuple(
+            self._user_output(spec, outs, inputs) for spec in self.trace.outputs
+        )
+
+    def _must_run_eagerly(self, inputs: tuple) -> bool:
+        # The graphs give gradients only to the inputs that required grad when they
+        # were traced, and a graph that writes to an input assumed that no other
+        # input shares its memory.
+        if torch.is_grad_enabled():
+            plan = self.backward_plan
+            has_grad = () if plan is None else plan.grad_inputs
+            for i, t in enumerate(inputs):
+                if (
+                    isinstance(t, torch.Tensor)
+                    and t.requires_grad
+                    and i not in has_grad
+                ):
+                    return True
+        if self.trace.mutated_inputs:
+            return _shares_memory(inputs, self.trace.mutated_inputs)
+        return False
+
+    @staticmethod
+    def _user_output(spec: OutputSpec, outs: Sequence, inputs: tuple) -> object:
+        if isinstance(spec, GraphOutput):
+            return outs[spec.index]
+        if isinstance(spec, InputAlias):
+            value = inputs[spec.input_index]
+            for step in spec.chain:
+                value = step.apply(value)
+            return value
+        assert isinstance(spec, ConstantOutput)
+        return spec.value
+
+
+def _shares_memory(inputs: tuple, mutated: tuple[int, ...]) -> bool:
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    written = {inputs[i].untyped_storage().data_ptr() for i in mutated}
+    seen = [t.untyped_storage().data_ptr() for t in tensors]
+    return any(seen.count(ptr) > 1 for ptr in written)
