@@ -5,8 +5,16 @@ import time
 import warnings
 
 import pytest
+import torch
 
-from ember_runtime import Dispatcher, GuardedEntry
+from ember_runtime import (
+    Counters,
+    Dispatcher,
+    GuardedEntry,
+    GuardSpec,
+    TensorCheck,
+    compile_guards,
+)
 
 
 def scale(x, factor=2):
@@ -134,3 +142,83 @@ def test_convert_giving_up_runs_misses_plainly_and_keeps_entries():
     assert d(1.5) == 3.0  # a later miss runs plainly: no more converting
     assert d(3) == ("compiled", 6)  # the existing entry still serves its calls
     assert compiled == [int] and d.counters.eager_calls == 2
+
+
+def tensor_guarded_convert(compiled, native=None):
+    """Entries guarded by compiled tensor checks on ``x``, as the umbrella builds
+    them; the "compiled" code is x + 1 through a different torch call."""
+
+    def convert(args, kwargs):
+        x = args[0]
+        compiled.append(tuple(x.shape))
+        spec = GuardSpec((TensorCheck.of("L['x']", x),), lambda L: (L["x"],))
+        guards = compile_guards(spec, native=native)
+        return GuardedEntry(guards.check, guards.failure, lambda x: torch.add(x, 1))
+
+    return convert
+
+
+def add_one(x):
+    return x + 1
+
+
+def test_threads_calling_one_function_get_correct_results_and_compile_once():
+    compiled = []
+    d = Dispatcher(add_one, tensor_guarded_convert(compiled))
+    failures = []
+    barrier = threading.Barrier(6)
+
+    def work(seed):
+        g = torch.Generator().manual_seed(seed)
+        barrier.wait()
+        for i in range(60):
+            x = torch.randn(3 + i % 2, generator=g)
+            if not torch.equal(d(x), x + 1):
+                failures.append((seed, i))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert sorted(compiled) == [(3,), (4,)]
+    assert d.counters.compiles == 2 and d.counters.misses == 2
+
+
+def test_recompile_limit_names_the_failing_tensor_guard_with_values():
+    d = Dispatcher(add_one, tensor_guarded_convert([]), recompile_limit=3)
+    for n in range(1, 4):
+        d(torch.zeros(n))
+    assert d.recompile_reasons == [
+        "L['x']: size changed from [1] to [2]",
+        "L['x']: size changed from [2] to [3]",
+    ]
+    with pytest.warns(UserWarning, match=r"size changed from \[3\] to \[4\]"):
+        out = d(torch.zeros(4))
+    assert torch.equal(out, torch.ones(4))
+    assert d.counters.eager_calls == 1 and d.counters.compiles == 3
+    x = torch.randn(2)
+    assert torch.equal(d(x), x + 1)  # an existing entry still serves its inputs
+
+
+def test_counters_time_converts_and_sum_across_dispatchers():
+    counters = Counters()
+    d1 = Dispatcher(add_one, tensor_guarded_convert([]), counters=counters)
+    d2 = Dispatcher(add_one, tensor_guarded_convert([]))
+    for _ in range(3):
+        d1(torch.zeros(2))
+    d2(torch.zeros(2))
+    with counters.timed("codegen"):
+        time.sleep(0.01)
+    assert counters.compile_seconds["convert"] > 0
+    assert counters.compile_seconds["codegen"] >= 0.01
+    total = Counters.total([d1.counters, d2.counters])
+    assert (total.calls, total.hits, total.compiles) == (4, 2, 2)
+    assert total.compile_seconds["convert"] == pytest.approx(
+        d1.counters.compile_seconds["convert"] + d2.counters.compile_seconds["convert"]
+    )
+    assert total.as_dict()["calls"] == 4
+    d1.reset()
+    assert d1.counters is counters and counters.calls == 0
+    assert counters.compile_seconds == {}

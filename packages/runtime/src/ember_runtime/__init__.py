@@ -1,11 +1,37 @@
 """ember-runtime: what every compiled call goes through.
 
 ``Dispatcher(fn, convert)`` checks guards, runs the matching entry, converts on a
-miss and keeps counters and recompile reasons. See docs/runtime.md.
+miss and keeps counters and recompile reasons; ``compile_guards`` turns a GuardSpec
+into a fast check (C++ when built); ``ArtifactStore`` keeps compiled artifacts on
+disk across processes. See docs/runtime.md.
 """
 
-from .dispatcher import Counters, Dispatcher, Entry, GuardedEntry, user_stacklevel
+from .counters import Counters
+from .dispatcher import Dispatcher, Entry, GuardedEntry, user_stacklevel
+from .guards import (
+    GuardCheck,
+    GuardSpec,
+    TensorCheck,
+    compile_guards,
+    native_available,
+)
+from .store import ArtifactStore, cache_key, compiler_version, environment_versions
 
 __version__ = "0.1.0"
 
-__all__ = ["Counters", "Dispatcher", "Entry", "GuardedEntry", "user_stacklevel"]
+__all__ = [
+    "ArtifactStore",
+    "Counters",
+    "Dispatcher",
+    "Entry",
+    "GuardCheck",
+    "GuardSpec",
+    "GuardedEntry",
+    "TensorCheck",
+    "cache_key",
+    "compile_guards",
+    "compiler_version",
+    "environment_versions",
+    "native_available",
+    "user_stacklevel",
+]

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .counters import Counters
+
 
 class Entry(Protocol):
     """What ``convert`` returns: a guarded way to run the function."""
@@ -41,15 +43,6 @@ class GuardedEntry:
     run: Callable[..., object]
 
 
-@dataclass
-class Counters:
-    calls: int = 0
-    hits: int = 0
-    misses: int = 0
-    compiles: int = 0
-    eager_calls: int = 0  # misses run as the plain function (limit hit, or no capture)
-
-
 @dataclass(eq=False)
 class Dispatcher:
     """Guarded dispatch for one function.
@@ -58,6 +51,9 @@ class Dispatcher:
     two threads missing at once compile once). None means the function cannot be
     compiled: later misses run it as it is, while existing entries keep serving the
     calls they match. ``recompile_reasons`` records why each later convert happened.
+    ``counters`` may be passed in, so that ``convert`` can add stage times to the
+    same object (``counters.timed("codegen")``); each convert is timed as
+    ``compile_seconds["convert"]``.
     """
 
     fn: types.FunctionType
@@ -78,21 +74,25 @@ class Dispatcher:
         return self._entries
 
     def __call__(self, *args: object, **kwargs: object) -> object:
-        self.counters.calls += 1
+        counters = self.counters
+        counters.calls += 1
         f_locals = self._bind(args, kwargs)
-        entries = self._entries
-        for i, entry in enumerate(entries):
+        for i, entry in enumerate(self._entries):
             if entry.check(f_locals):
-                self.counters.hits += 1
+                counters.hits += 1
                 if i:
                     self._promote(entry)
                 return entry.run(*args, **kwargs)
         return self._miss(args, kwargs, f_locals)
 
     def reset(self) -> None:
+        """Forget every entry, count and reason; the next call converts afresh.
+
+        The Counters object is cleared in place, so a caller holding it (to fill
+        stage times) keeps seeing this dispatcher's counts."""
         with self._lock:
             self._entries = ()
-            self.counters = Counters()
+            self.counters.clear()
             self.recompile_reasons = []
             self._warned = False
             self._gave_up = False
@@ -117,7 +117,8 @@ class Dispatcher:
             elif not self._gave_up:
                 if reason is not None:
                     self.recompile_reasons.append(reason)
-                entry = self.convert(args, kwargs)
+                with self.counters.timed("convert"):
+                    entry = self.convert(args, kwargs)
                 self._gave_up = entry is None
             if entry is None:
                 self.counters.eager_calls += 1

@@ -1,0 +1,189 @@
+"""Fast guard checks: a data-only GuardSpec compiled into one check callable.
+
+The tensor checks (exact type, dtype, device, sizes, strides, requires_grad) run in
+C++ (``ember_runtime._guards``) when the extension was built, or in Python otherwise;
+both answer the same for every input. Everything else is one caller-supplied
+callable. docs/runtime.md describes the spec and how the umbrella builds it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+try:
+    from . import _guards as _native
+except ImportError:  # built without a C++ compiler: the Python check serves alone
+    _native = None
+
+PURE_PYTHON_ENV = "EMBER_PURE_PYTHON_GUARDS"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCheck:
+    """What one tensor read from the frame must be; ``name`` is for messages."""
+
+    name: str
+    type: type
+    dtype: torch.dtype
+    device: torch.device
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    requires_grad: bool
+
+    @classmethod
+    def of(cls, name: str, t: torch.Tensor) -> TensorCheck:
+        """The check that ``t`` itself passes."""
+        return cls(
+            name,
+            type(t),
+            t.dtype,
+            t.device,
+            tuple(t.shape),
+            t.stride(),
+            t.requires_grad,
+        )
+
+    def matches(self, value: object) -> bool:
+        """Whether ``value`` passes; may raise for objects that are not tensors."""
+        return (
+            type(value) is self.type
+            and value.dtype is self.dtype
+            and value.requires_grad is self.requires_grad
+            and value.shape == self.shape
+            and value.stride() == self.stride
+            and value.device == self.device
+        )
+
+    def difference(self, value: object) -> str:
+        """The first field that differs, as ``field changed from OLD to NEW``."""
+        if type(value) is not self.type:
+            return (
+                f"type changed from {_qualname(self.type)} to {_qualname(type(value))}"
+            )
+        for field in ("dtype", "device", "requires_grad"):
+            old, new = getattr(self, field), getattr(value, field)
+            if new != old:
+                return f"{field} changed from {old} to {new}"
+        if tuple(value.shape) != self.shape:
+            return f"size changed from {list(self.shape)} to {list(value.shape)}"
+        return f"stride changed from {list(self.stride)} to {list(value.stride())}"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSpec:
+    """Everything one entry's guards check, for ``compile_guards``.
+
+    ``read(f_locals)`` returns the guarded tensors, in the order of ``tensors``.
+    ``other(f_locals)`` is every guard that is not a tensor check (None: none);
+    ``other_failure(f_locals)`` names its first failing guard in words. Any
+    Exception raised by ``read`` or ``other`` means the guards do not hold.
+    """
+
+    tensors: tuple[TensorCheck, ...]
+    read: Callable[[dict], Iterable[object]]
+    other: Callable[[dict], object] | None = None
+    other_failure: Callable[[dict], str | None] | None = None
+
+
+class GuardCheck:
+    """A compiled GuardSpec: ``check`` is the hot path, ``failure`` the slow one.
+
+    ``check(f_locals) -> bool`` holds when ``other`` is truthy and ``read`` yields
+    exactly one matching value per TensorCheck. ``native`` says whether the tensor
+    checks run in C++.
+    """
+
+    __slots__ = ("check", "native", "spec")
+
+    def __init__(self, spec: GuardSpec, native: bool | None = None) -> None:
+        if native is None:
+            native = native_available() and not os.environ.get(PURE_PYTHON_ENV)
+        if native and _native is None:
+            raise RuntimeError(
+                "ember_runtime._guards (the C++ guard extension) is not built; "
+                "reinstall ember-runtime with a C++ compiler or pass native=False"
+            )
+        self.spec = spec
+        self.native = native
+        self.check: Callable[[dict], bool] = (
+            _native_check(spec) if native else _python_check(spec)
+        )
+
+    def failure(self, f_locals: dict) -> str | None:
+        """The first failing guard with its old and new value; None if all hold."""
+        spec = self.spec
+        if spec.other is not None:
+            try:
+                ok = spec.other(f_locals)
+            except Exception as e:
+                ok, error = False, e
+            else:
+                error = None
+            if not ok:
+                named = spec.other_failure(f_locals) if spec.other_failure else None
+                if named is not None:
+                    return named
+                if error is not None:
+                    return f"a guard could not be evaluated ({_describe(error)})"
+                return "a guard on a non-tensor value failed"
+        try:
+            values = tuple(spec.read(f_locals))
+        except Exception as e:
+            return f"the guarded tensors could not be read ({_describe(e)})"
+        if len(values) != len(spec.tensors):
+            return f"read {len(values)} tensors, guards expect {len(spec.tensors)}"
+        for value, tensor in zip(values, spec.tensors):
+            try:
+                if not tensor.matches(value):
+                    return f"{tensor.name}: {tensor.difference(value)}"
+            except Exception:
+                return f"{tensor.name}: type changed to {_qualname(type(value))}"
+        return None
+
+
+def compile_guards(spec: GuardSpec, native: bool | None = None) -> GuardCheck:
+    """Compile ``spec``. ``native=None`` picks C++ when it is built and the
+    environment variable EMBER_PURE_PYTHON_GUARDS is unset or empty."""
+    return GuardCheck(spec, native)
+
+
+def native_available() -> bool:
+    """Whether the C++ guard extension was built and imports."""
+    return _native is not None
+
+
+def _native_check(spec: GuardSpec) -> Callable[[dict], bool]:
+    rows = [
+        (t.type, t.dtype, t.device, t.shape, t.stride, t.requires_grad)
+        for t in spec.tensors
+    ]
+    return _native.Checker(rows, spec.read, spec.other).check
+
+
+def _python_check(spec: GuardSpec) -> Callable[[dict], bool]:
+    tensors, read, other, n = spec.tensors, spec.read, spec.other, len(spec.tensors)
+
+    def check(f_locals: dict) -> bool:
+        try:
+            if other is not None and not other(f_locals):
+                return False
+            values = tuple(read(f_locals))
+            if len(values) != n:
+                return False
+            return all(map(TensorCheck.matches, tensors, values))
+        except Exception:
+            return False
+
+    return check
+
+
+def _qualname(t: type) -> str:
+    return t.__qualname__
+
+
+def _describe(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}"

@@ -1,0 +1,237 @@
+"""The persistent artifact store: bytes on disk, content-addressed, shared by processes.
+
+Writes are atomic (temporary file, then os.replace), writers and evictors serialize
+on an fcntl lock file, every entry carries a SHA-256 of its payload so a truncated or
+corrupted file is deleted instead of loaded, and a size cap evicts the least recently
+used entries. docs/runtime.md has the layout and the reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import importlib.metadata
+import os
+import platform
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import torch
+
+from .dispatcher import user_stacklevel
+
+# Entry file: magic, format version, payload length, SHA-256 of the payload, payload.
+_MAGIC = b"EMBERART"
+_FORMAT = 1
+_HEADER = struct.Struct("<8sHQ32s")
+_SUFFIX = ".art"
+_TMP_PREFIX = ".tmp-"
+_STALE_TMP_SECONDS = 3600  # a writer that died mid-write leaves its temp file
+_KEY = re.compile(r"[0-9a-f]{16,128}")
+
+DEFAULT_MAX_BYTES = 1 << 30
+
+
+class ArtifactStore:
+    """Bytes under ``root/artifacts``, one file per key, at most ``max_bytes`` in all.
+
+    ``get``/``put`` are safe across threads and processes sharing ``root``. Keys are
+    lowercase hex strings (``cache_key`` makes them).
+    """
+
+    def __init__(self, root: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes!r}")
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self._dir = self.root / "artifacts"
+
+    def path(self, key: str) -> Path:
+        """The file that holds ``key`` (it may not exist)."""
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"artifact keys are 16-128 lowercase hex digits: {key!r}")
+        return self._dir / f"{key}{_SUFFIX}"
+
+    def get(self, key: str) -> bytes | None:
+        """The payload stored under ``key``, or None if absent or damaged.
+
+        A damaged entry (truncated, wrong checksum, not an entry at all) is deleted
+        with a warning, so the caller compiles and stores it again. A hit marks the
+        entry as recently used.
+        """
+        path = self.path(key)
+        payload = _read(path)
+        if payload is None:
+            return None
+        if isinstance(payload, str):
+            with self._locked():  # a writer may have replaced it since the read
+                payload = _read(path)
+                if isinstance(payload, str):
+                    path.unlink(missing_ok=True)
+                    warnings.warn(
+                        f"ember: the cache entry {path} is damaged ({payload}); it "
+                        f"was deleted and will be compiled again",
+                        stacklevel=user_stacklevel(),
+                    )
+                    return None
+            if payload is None:
+                return None
+        _touch(path)
+        return payload
+
+    def put(self, key: str, data: bytes) -> bool:
+        """Store ``data`` under ``key`` (replacing any entry), then evict down to
+        ``max_bytes``. Returns False, storing nothing, when the entry alone would
+        exceed the cap."""
+        path = self.path(key)
+        blob = _HEADER.pack(_MAGIC, _FORMAT, len(data), hashlib.sha256(data).digest())
+        if len(blob) + len(data) > self.max_bytes:
+            return False
+        self._dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=_TMP_PREFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+                f.write(data)
+            _touch(Path(tmp))
+            with self._locked():
+                os.replace(tmp, path)
+                self._evict_locked()
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return True
+
+    def stored_keys(self) -> list[str]:
+        """Every stored key, least recently used first."""
+        return [p.name.removesuffix(_SUFFIX) for p, _, _ in self._entries()]
+
+    def size(self) -> int:
+        """Bytes used by the entries (headers included)."""
+        return sum(size for _, size, _ in self._entries())
+
+    def evict(self) -> None:
+        """Delete least recently used entries until the total fits ``max_bytes``."""
+        with self._locked():
+            self._evict_locked()
+
+    def _evict_locked(self) -> None:
+        entries = self._entries()
+        total = sum(size for _, size, _ in entries)
+        for path, size, _ in entries:
+            if total <= self.max_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+        cutoff = time.time() - _STALE_TMP_SECONDS
+        for tmp in self._dir.glob(f"{_TMP_PREFIX}*"):
+            with contextlib.suppress(FileNotFoundError):
+                if tmp.stat().st_mtime < cutoff:
+                    tmp.unlink()
+
+    def _entries(self) -> list[tuple[Path, int, int]]:
+        """(path, size, last use in ns) per entry, least recently used first."""
+        entries = []
+        if not self._dir.is_dir():
+            return entries
+        for path in self._dir.glob(f"*{_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):  # evicted meanwhile
+                st = path.stat()
+                entries.append((path, st.st_size, st.st_mtime_ns))
+        entries.sort(key=lambda e: (e[2], e[0].name))
+        return entries
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        # flock locks belong to the open file description, so each holder opens the
+        # file itself: threads of one process exclude each other as processes do.
+        self._dir.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def cache_key(**parts: str | bytes) -> str:
+    """A SHA-256 hex key over named parts (order-independent, unambiguous).
+
+    The umbrella passes the graph's structural hash, the input metadata, the
+    options and ``environment_versions(...)`` rendered as text.
+    """
+    h = hashlib.sha256()
+    for name in sorted(parts):
+        value = parts[name]
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        for field in (name.encode(), data):
+            h.update(len(field).to_bytes(8, "little"))
+            h.update(field)
+    return h.hexdigest()
+
+
+def environment_versions(distributions: Iterable[str] = ()) -> dict[str, str]:
+    """Versions that an artifact depends on: Python, torch, the C++ compiler, the
+    platform, and each named installed distribution (e.g. ``"ember-codegen"``)."""
+    versions = {
+        "python": sys.version,
+        "torch": f"{torch.__version__} ({torch.version.git_version})",
+        "cxx": compiler_version(),
+        "platform": platform.platform(),
+    }
+    for name in distributions:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+@functools.cache
+def compiler_version(cxx: str | None = None) -> str:
+    """First line of ``$CXX --version`` (default ``c++``), or "none" if it fails."""
+    command = cxx or os.environ.get("CXX", "c++")
+    try:
+        out = subprocess.run(
+            [command, "--version"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+    line = out.stdout.splitlines()[0] if out.stdout else ""
+    return f"{command}: {line}" if out.returncode == 0 else "none"
+
+
+def _read(path: Path) -> bytes | str | None:
+    """The payload; None if there is no file; a description if it is damaged."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(raw) < _HEADER.size:
+        return f"{len(raw)} bytes, shorter than the header"
+    magic, fmt, length, digest = _HEADER.unpack_from(raw)
+    if magic != _MAGIC or fmt != _FORMAT:
+        return "not an ember artifact of this format"
+    payload = raw[_HEADER.size :]
+    if len(payload) != length:
+        return f"payload is {len(payload)} bytes, the header says {length}"
+    if hashlib.sha256(payload).digest() != digest:
+        return "checksum mismatch"
+    return payload
+
+
+def _touch(path: Path) -> None:
+    # Explicit times: kernels stamp files from a coarse clock (milliseconds), too
+    # coarse to order uses that follow each other closely.
+    now = time.time_ns()
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(path, ns=(now, now))
