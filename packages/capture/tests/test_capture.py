@@ -154,7 +154,7 @@ def test_guards_print_and_fail_with_reasons():
             3,
             True,
         ),
-        "L['x']: shape changed from [2, 3] to [3, 2]": (torch.randn(3, 2), 3, True),
+        "L['x']: size changed from [2, 3] to [3, 2]": (torch.randn(3, 2), 3, True),
         "L['x']: stride changed from [3, 1] to [1, 2]": (
             x.t().contiguous().t(),
             3,

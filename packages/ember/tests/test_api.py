@@ -313,3 +313,29 @@ def test_hook_added_after_compiling_is_honoured():
     assert compiled.dispatcher.recompile_reasons == [
         "C['inner']: a forward or backward hook was registered"
     ]
+
+
+def test_stats_count_calls_compiles_and_stage_times():
+    before = ember.stats()
+    compiled = ember.compile(thin)
+    compiled(*inputs())
+    compiled(*inputs())
+    after = ember.stats()
+    assert after["calls"] - before["calls"] == 2
+    assert after["compiles"] - before["compiles"] == 1
+    assert after["hits"] - before["hits"] == 1
+    assert after["compile_seconds"]["capture"] > before["compile_seconds"].get(
+        "capture", 0.0
+    )
+
+
+def test_guards_run_in_the_runtime_checker():
+    compiled = ember.compile(thin)
+    compiled(*inputs())
+    (entry,) = compiled.dispatcher.entries
+    x, w, b = inputs()
+    assert entry.check({"x": x, "w": w, "b": b})
+    assert not entry.check({"x": x.double(), "w": w, "b": b})
+    assert entry.failure({"x": x[:2], "w": w, "b": b}) == (
+        "L['x']: size changed from [4, 3] to [2, 3]"
+    )

@@ -7,7 +7,7 @@ See docs/capture.md.
 
 from .capture import capture, capture_frame
 from .errors import CaptureError
-from .guards import Guard, GuardChecker, GuardKind, GuardSet, TensorSpec
+from .guards import CellView, Guard, GuardChecker, GuardKind, GuardSet, TensorSpec
 from .result import CapturedGraph, CaptureResult
 from .source import (
     AttrSource,
@@ -25,6 +25,7 @@ __all__ = [
     "CaptureError",
     "CaptureResult",
     "CapturedGraph",
+    "CellView",
     "ClosureSource",
     "GlobalSource",
     "Guard",

@@ -21,7 +21,7 @@ import torch
 
 from . import builtin_calls
 from .guards import Guard, GuardKind, module_has_no_hooks
-from .source import AttrSource, ItemSource, LenSource, Source
+from .source import AttrSource, ItemSource, LenSource, ModuleEntrySource, Source
 from .variables import (
     BoundFunctionValue,
     ConstValue,
@@ -270,7 +270,8 @@ def _instance_attr(tx: Interpreter, obj: Value, name: str) -> Value:
         for table in ("_parameters", "_buffers", "_modules"):
             entries = instance.__dict__.get(table, {})
             if name in entries:
-                return tx.output.wrap(entries[name], source)
+                entry = ModuleEntrySource(obj.source, table, name)
+                return tx.output.wrap(entries[name], entry)
     cls_attr = inspect.getattr_static(type(instance), name, None)
     if isinstance(cls_attr, property):
         fget = ObjectValue(cls_attr.fget, _class_attr_source(obj, name, "fget"))
@@ -628,7 +629,17 @@ def get_item(tx: Interpreter, obj: Value, index: Value) -> Value:
     if isinstance(obj, ModuleValue):
         if isinstance(k, slice):
             raise tx.unsupported("slicing a module container")
-        return tx.output.wrap(obj.value[k], ItemSource(obj.source, k))
+        item = obj.value[k]
+        modules = obj.value.__dict__.get("_modules", {})
+        if isinstance(k, int) and isinstance(obj.value, _MODULE_CONTAINERS):
+            if k < 0:
+                guarded_len(tx, obj)  # [-1] names another entry when the list grows
+            key = list(modules)[k] if -len(modules) <= k < len(modules) else None
+            if key is not None and modules[key] is item:  # length is guarded
+                return tx.output.wrap(
+                    item, ModuleEntrySource(obj.source, "_modules", key)
+                )
+        return tx.output.wrap(item, ItemSource(obj.source, k))
     if isinstance(obj, ConstValue):
         return constant_value(obj.value[k])
     raise tx.unsupported(f"indexing a {describe_value(obj)}")

@@ -131,11 +131,16 @@ def _tensor_matches(value: object, spec: TensorSpec) -> bool:
 def _tensor_difference(value: object, spec: TensorSpec) -> str:
     if type(value) is not spec.type:
         return f"type changed from {spec.type.__name__} to {type(value).__name__}"
-    for field in ("dtype", "device", "shape", "requires_grad"):
+    for field, label in (
+        ("dtype", "dtype"),
+        ("device", "device"),
+        ("shape", "size"),
+        ("requires_grad", "requires_grad"),
+    ):
         new = getattr(value, field)
         old = getattr(spec, field)
         if (tuple(new) if field == "shape" else new) != old:
-            return f"{field} changed from {_fmt(old)} to {_fmt(new)}"
+            return f"{label} changed from {_fmt(old)} to {_fmt(new)}"
     return f"stride changed from {list(spec.stride)} to {list(value.stride())}"
 
 
@@ -247,10 +252,10 @@ class GuardChecker:
         for i, guard in enumerate(guards):
             scope[f"___e{i}"] = guard.expected
             template, _ = _CHECKS[guard.kind]
-            value = guard.source.name() if guard.source is not None else "None"
+            value = guard.source.expr() if guard.source is not None else "None"
             # An aliasing guard compares with another source read from the frame.
             expected = (
-                guard.expected.name()
+                guard.expected.expr()
                 if guard.kind is GuardKind.SAME_OBJECT
                 else f"___e{i}"
             )
@@ -276,7 +281,11 @@ class GuardChecker:
                 value = (
                     GlobalState.current()
                     if guard.source is None
-                    else eval(where, {}, {"L": f_locals, "G": self._g, "C": self._c})
+                    else eval(
+                        guard.source.expr(),
+                        {},
+                        {"L": f_locals, "G": self._g, "C": self._c},
+                    )
                 )
             except Exception as e:
                 return f"{where}: could not be read ({type(e).__name__}: {e})"

@@ -24,6 +24,11 @@ class Source:
         """The expression that reads the value inside the transformed function."""
         raise NotImplementedError
 
+    def expr(self) -> str:
+        """What guard checks evaluate (over L, G, C): the guard form, except that
+        nn.Module entries are read from the module's own tables, which is faster."""
+        return self.name()
+
     def __str__(self) -> str:
         return self.name()
 
@@ -86,6 +91,9 @@ class AttrSource(Source):
     def code(self) -> str:
         return f"{self.base.code()}.{self.attr}"
 
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.attr}"
+
 
 @dataclass(frozen=True, slots=True)
 class ItemSource(Source):
@@ -100,6 +108,9 @@ class ItemSource(Source):
     def code(self) -> str:
         return f"{self.base.code()}[{self.index!r}]"
 
+    def expr(self) -> str:
+        return f"{self.base.expr()}[{self.index!r}]"
+
 
 @dataclass(frozen=True, slots=True)
 class LenSource(Source):
@@ -113,6 +124,9 @@ class LenSource(Source):
     def code(self) -> str:
         return f"len({self.base.code()})"
 
+    def expr(self) -> str:
+        return f"len({self.base.expr()})"
+
 
 @dataclass(frozen=True, slots=True)
 class KeysSource(Source):
@@ -125,3 +139,28 @@ class KeysSource(Source):
 
     def code(self) -> str:
         return f"list({self.base.code()})"
+
+    def expr(self) -> str:
+        return f"list({self.base.expr()})"
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleEntrySource(Source):
+    """A parameter, buffer or submodule registered on an nn.Module: prints as the
+    attribute (``L['self'].fc``) but is read from ``_modules['fc']`` and friends,
+    skipping nn.Module.__getattr__. nn.Module keeps these names out of __dict__."""
+
+    base: Source
+    table: str  # "_parameters", "_buffers" or "_modules"
+    key: str
+
+    def name(self) -> str:
+        if self.key.isidentifier():
+            return f"{self.base.name()}.{self.key}"
+        return f"{self.base.name()}[{self.key!r}]"
+
+    def code(self) -> str:
+        return f"{self.base.code()}.{self.table}[{self.key!r}]"
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.table}[{self.key!r}]"

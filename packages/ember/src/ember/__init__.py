@@ -4,7 +4,7 @@ The umbrella over the four stages (ember_capture, ember_aotgrad, ember_codegen,
 ember_runtime): compile, reset, explain, configuration, backends and logging.
 """
 
-from .api import CompiledFunction, CompiledModule, compile, reset
+from .api import CompiledFunction, CompiledModule, compile, reset, stats
 from .backends import BACKENDS, register_backend
 from .config import Config
 from .convert import BreakReason
@@ -27,4 +27,5 @@ __all__ = [
     "register_backend",
     "reset",
     "set_logs",
+    "stats",
 ]

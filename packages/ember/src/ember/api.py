@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.nn.modules import module as nn_module
 
-from ember_runtime import Dispatcher
+from ember_runtime import Counters, Dispatcher
 
 from .backends import Backend, CompileLog, resolve_backend
 from .config import Config
@@ -89,6 +89,7 @@ class _Context:
         bound_self = None
         if isinstance(fn, types.MethodType):
             fn, bound_self = fn.__func__, fn.__self__
+        counters = Counters()
         convert = make_convert(
             fn,
             self.backend,
@@ -96,9 +97,13 @@ class _Context:
             log=self.log,
             breaks=self.breaks,
             hook=self.hook,
+            counters=counters,
         )
         dispatcher = Dispatcher(
-            fn, convert, recompile_limit=self.config.recompile_limit
+            fn,
+            convert,
+            recompile_limit=self.config.recompile_limit,
+            counters=counters,
         )
         _DISPATCHERS.add(dispatcher)
         return CompiledFunction(fn, dispatcher, self.log, self.breaks, bound_self)
@@ -155,6 +160,12 @@ class CompiledFunction:
 
     def __get__(self, obj: object, objtype: type | None = None) -> Any:
         return self if obj is None else types.MethodType(self, obj)
+
+
+def stats() -> dict[str, object]:
+    """Counters summed over every compiled function: calls, guard hits and misses,
+    compiles, eager calls, disk-cache hits, and compile seconds per stage."""
+    return Counters.total(d.counters for d in list(_DISPATCHERS)).as_dict()
 
 
 def reset() -> None:

@@ -12,7 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ember_capture
-from ember_runtime import Entry, GuardedEntry
+from ember_runtime import (
+    Counters,
+    Entry,
+    GuardCheck,
+    GuardedEntry,
+    GuardSpec,
+    TensorCheck,
+    compile_guards,
+)
 
 from .backends import Backend, CompileLog
 from .logs import warn_user
@@ -37,6 +45,7 @@ def make_convert(
     log: CompileLog,
     breaks: list[BreakReason],
     hook: Callable[[Callable], Callable],
+    counters: Counters,
 ) -> Callable[[tuple, dict], Entry | None]:
     """The Dispatcher's ``convert`` for ``fn``: capture, compile each graph with
     ``backend``, and build the transformed function (``hook`` compiles what runs
@@ -44,7 +53,8 @@ def make_convert(
 
     def convert(args: tuple, kwargs: dict) -> Entry | None:
         try:
-            result = ember_capture.capture(fn, *args, **kwargs)
+            with counters.timed("capture"):
+                result = ember_capture.capture(fn, *args, **kwargs)
         except ember_capture.CaptureError as e:
             if fullgraph:
                 raise
@@ -59,9 +69,45 @@ def make_convert(
         compiled = []
         for graph in result.graphs:
             log.graphs.append(graph.gm)
-            compiled.append(backend(graph.gm, graph.example_inputs))
-        checker = result.guard_checker()
+            with counters.timed("backend"):
+                compiled.append(backend(graph.gm, graph.example_inputs))
+        guards = guard_check(result)
         run = result.build(compiled, hook)
-        return GuardedEntry(checker.check, checker.failure, run)
+        return GuardedEntry(guards.check, guards.failure, run)
 
     return convert
+
+
+def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
+    """The runtime's fast check for a capture's guards: tensor guards become
+    TensorChecks (C++ when built), the rest stays one compiled Python check."""
+    fn = result.fn
+    cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
+    kinds = ember_capture.GuardKind
+    tensor_guards = [g for g in result.guards if g.kind is kinds.TENSOR_MATCH]
+    rest = ember_capture.GuardSet(
+        g for g in result.guards if g.kind is not kinds.TENSOR_MATCH
+    )
+    checks = tuple(
+        TensorCheck(
+            g.source.name(),
+            s.type,
+            s.dtype,
+            s.device,
+            s.shape,
+            s.stride,
+            s.requires_grad,
+        )
+        for g in tensor_guards
+        for s in [g.expected]
+    )
+    reads = "".join(f"{g.source.expr()}, " for g in tensor_guards)
+    read = eval(f"lambda L: ({reads})", {"G": fn.__globals__, "C": cells})
+    other = rest.compile(fn.__globals__, cells) if len(rest) else None
+    spec = GuardSpec(
+        checks,
+        read,
+        other.check if other else None,
+        other.failure if other else None,
+    )
+    return compile_guards(spec)
