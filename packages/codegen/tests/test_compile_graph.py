@@ -1,23 +1,15 @@
-"""compile_graph on aten graphs written directly with torch.ops.aten calls."""
+"""compile_graph's "torch" target on aten graphs written with torch.ops.aten calls."""
 
 import math
 
 import pytest
 import torch
 import torch.fx
+from conftest import aten_graph
 
 from ember_codegen import CodegenError, CompiledGraph, compile_graph
 
 aten = torch.ops.aten
-
-
-def aten_graph(fn, user_loc=None):
-    gm = torch.fx.symbolic_trace(fn)
-    if user_loc:
-        for node in gm.graph.nodes:
-            if node.op == "call_function":
-                node.meta["user_loc"] = user_loc
-    return gm
 
 
 def thin_path(x, w, b):
@@ -30,7 +22,9 @@ def thin_path(x, w, b):
 
 def test_thin_path_matches_torch_and_reads_well():
     x, w, b = torch.randn(4, 3), torch.randn(3, 5), torch.randn(5)
-    compiled = compile_graph(aten_graph(thin_path, "model.py:12"), [x, w, b])
+    compiled = compile_graph(
+        aten_graph(thin_path, "model.py:12"), [x, w, b], target="torch"
+    )
     torch.testing.assert_close(compiled(x, w, b)[0], torch.relu(x @ w + b).sum(-1))
     assert compiled.target == "torch"
     assert compiled.fallback_ops == (
@@ -55,7 +49,7 @@ def test_non_contiguous_broadcast_zero_d_and_empty_inputs():
         (torch.randn(1, 1), torch.randn(5, 1), torch.tensor(0.0)),
     ]
     for a, b, s in cases:
-        compiled = compile_graph(aten_graph(fn), [a, b, s])
+        compiled = compile_graph(aten_graph(fn), [a, b, s], target="torch")
         out = compiled(a, b, s)
         torch.testing.assert_close(out[0], (a + b) * s)
         torch.testing.assert_close(out[1], a.t())
@@ -70,7 +64,7 @@ def test_nan_inf_and_dtype_arguments_are_written_correctly():
         return (y, z, aten._to_copy.default(x, dtype=torch.int64))
 
     x = torch.tensor([-math.inf, 0.5, 3.0, math.nan])
-    out = compile_graph(aten_graph(fn), [x])(x)
+    out = compile_graph(aten_graph(fn), [x], target="torch")(x)
     torch.testing.assert_close(out[0], x.clamp(max=1.0), equal_nan=True)
     assert out[1].dtype == torch.float64 and out[1].isnan().all()
     assert out[2].dtype == torch.int64
@@ -82,7 +76,7 @@ def test_multi_output_ops_and_getitem():
         return (values[0], values[1])
 
     x = torch.randn(3, 5)
-    out = compile_graph(aten_graph(fn), [x])(x)
+    out = compile_graph(aten_graph(fn), [x], target="torch")(x)
     expected = torch.max(x, 1)
     assert torch.equal(out[0], expected.values) and torch.equal(
         out[1], expected.indices
@@ -98,7 +92,7 @@ def test_tensor_constants_and_the_storable_form():
     node.args = (node.args[0], const)
     gm.recompile()
     x = torch.randn(2)
-    compiled = compile_graph(gm, [x])
+    compiled = compile_graph(gm, [x], target="torch")
     restored = CompiledGraph.from_bytes(compiled.to_bytes())
     assert restored.source == compiled.source
     assert restored.fallback_ops == compiled.fallback_ops
@@ -106,11 +100,12 @@ def test_tensor_constants_and_the_storable_form():
 
 
 def test_unknown_target_lists_the_available_ones():
-    with pytest.raises(ValueError, match="available: auto, torch"):
+    with pytest.raises(ValueError, match="available: auto, cpp, torch"):
         compile_graph(aten_graph(thin_path), [], target="vulkan")
 
 
 def test_non_aten_node_is_refused():
     gm = torch.fx.symbolic_trace(lambda x: (torch.relu(x),))
-    with pytest.raises(CodegenError, match="not an aten op"):
-        compile_graph(gm, [torch.randn(2)])
+    for target in ("torch", "cpp"):
+        with pytest.raises(CodegenError, match="not an aten op"):
+            compile_graph(gm, [torch.randn(2)], target=target)

@@ -1,17 +1,33 @@
-"""The public entry: compile one aten graph for a target."""
+"""The public entry: compile one aten graph for a target.
+
+"cpp" runs lower_graph -> schedule -> plan_memory -> the C++ and wrapper
+emitters; "torch" writes a wrapper calling each aten op through torch.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.fx
 
+from . import lower_layout, lower_pointwise, lower_reduce  # noqa: F401 - register rules
+from .build import find_compiler
 from .compiled import CompiledGraph
+from .cpp import emit_source
+from .cpp_wrapper import emit_cpp_wrapper
+from .lowering import lower_graph
+from .memory import plan_memory
+from .scheduler import Kernel, schedule
 from .wrapper import emit_wrapper
 
-# target -> what it generates. "auto" picks the best target available for the inputs.
+log = logging.getLogger("ember.codegen")
+
+# target -> what it generates. "auto" picks "cpp" when a C++ compiler runs.
 TARGETS = {
+    "cpp": "fused C++ loop kernels (OpenMP + SIMD), library calls for matmul/conv",
     "torch": "a Python wrapper calling each aten op through torch (always correct)",
 }
 
@@ -20,14 +36,20 @@ def compile_graph(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[object],
     target: str = "auto",
+    *,
+    cache_dir: Path | None = None,
 ) -> CompiledGraph:
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
 
     ``target`` is "auto" or one of TARGETS. The result is callable with inputs like
-    ``example_inputs`` and exposes its source and the ops left to torch.
+    ``example_inputs`` and exposes its source and the ops left to torch. The "cpp"
+    target specializes on the inputs' sizes, strides and dtypes; other inputs run
+    through torch. ``cache_dir`` holds compiled kernels (default
+    $EMBER_CACHE_DIR/kernels or ~/.cache/ember/kernels). Raises CodegenError for a
+    graph that is not an aten graph or C++ that does not compile.
     """
     if target == "auto":
-        target = "torch"
+        target = "cpp" if find_compiler() else "torch"
     if target not in TARGETS:
         raise ValueError(
             f"unknown codegen target {target!r}; available: auto, {', '.join(TARGETS)}"
@@ -35,4 +57,46 @@ def compile_graph(
     title = f"{type(gm).__name__}, {sum(1 for _ in gm.graph.nodes)} nodes"
     wrapper = emit_wrapper(gm, title)
     constants = {name: getattr(gm, name) for name in wrapper.constant_names}
-    return CompiledGraph(wrapper.source, target, wrapper.fallback_ops, constants)
+    reason = _not_for_cpp(gm, example_inputs) if target == "cpp" else None
+    if target == "torch" or reason:
+        if reason:
+            log.debug("graph %s runs through torch: %s", title, reason)
+        return CompiledGraph(wrapper.source, "torch", wrapper.fallback_ops, constants)
+
+    lowered = lower_graph(gm, example_inputs)
+    plan_input = schedule(lowered)
+    outputs = {n for n in lowered.outputs if n}
+    plan = plan_memory(plan_input, lowered.specs, outputs)
+    kernels = [s for s in plan_input.steps if isinstance(s, Kernel)]
+    strides = {name: spec.strides for name, spec in lowered.specs.items()}
+    cpp_source = emit_source(kernels, strides, title) if kernels else ""
+    source, infos = emit_cpp_wrapper(lowered, plan_input, plan, title)
+    return CompiledGraph(
+        source,
+        "cpp",
+        lowered.fallback_ops,
+        constants,
+        cpp_source,
+        infos,
+        wrapper.source,
+        cache_dir,
+    )
+
+
+def _not_for_cpp(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[object]
+) -> str | None:
+    """Why the whole graph must run through torch, or None."""
+    for value in example_inputs:
+        if not isinstance(value, torch.Tensor):
+            return f"an input is a {type(value).__name__}, not a tensor"
+        if value.device.type != "cpu" or value.layout != torch.strided:
+            return f"an input is on {value.device} with layout {value.layout}"
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and not node.target.isidentifier():
+            return f"constant {node.target!r} is not a plain name"
+        op = node.target
+        if isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable:
+            # Lowered views would not see the mutation; the torch wrapper does.
+            return f"{op} mutates its input"
+    return None

@@ -1,50 +1,98 @@
 """CompiledGraph: the callable result of codegen, inspectable and storable.
 
-It holds the generated source and everything needed to rebuild the callable from
-bytes, so a cache can store ``to_bytes()`` and rebuild it with ``from_bytes``.
+It holds the generated sources and everything needed to rebuild the callable from
+bytes, so a cache can store ``to_bytes()`` and rebuild it with ``from_bytes``; the
+C++ target's shared object is reloaded from the kernel cache, or recompiled.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import linecache
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
+from .build import load_library
+from .cpp_wrapper import WRAPPER_HELPERS, KernelInfo
 from .wrapper import WRAPPER_GLOBALS
 
 log = logging.getLogger("ember.output_code")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+
+def _exec(source: str, namespace: dict, kind: str) -> Callable:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    filename = f"<ember generated {kind} {digest}>"
+    lines = source.splitlines(True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["call"]
 
 
 @dataclass(frozen=True, eq=False)
 class CompiledGraph:
     """A compiled aten graph: ``compiled(*inputs)`` returns the flat output tuple.
 
-    ``source`` is the generated code; ``fallback_ops`` the aten ops that run through
-    torch's own kernels instead of generated code.
+    ``wrapper_source`` is the generated Python that runs the graph; for the "cpp"
+    target ``cpp_source`` holds the kernels it calls and ``torch_source`` the
+    plain torch wrapper run for inputs unlike the compiled ones. ``kernels``
+    lists, in call order, each generated loop, library call and fallback op;
+    ``fallback_ops`` names the aten ops run through torch's own kernels.
     """
 
-    source: str
+    wrapper_source: str
     target: str
     fallback_ops: tuple[str, ...]
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    cpp_source: str = ""
+    kernels: tuple[KernelInfo, ...] = ()
+    torch_source: str = ""
+    cache_dir: Path | None = None
+    library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        namespace = dict(WRAPPER_GLOBALS, **self.constants)
-        digest = hashlib.sha256(self.source.encode()).hexdigest()[:12]
-        filename = f"<ember generated wrapper {digest}>"
-        lines = self.source.splitlines(True)
-        linecache.cache[filename] = (len(self.source), None, lines, filename)
-        exec(compile(self.source, filename, "exec"), namespace)
-        object.__setattr__(self, "_call", namespace["call"])
+        namespace = dict(WRAPPER_GLOBALS, **WRAPPER_HELPERS, **self.constants)
+        if self.torch_source:
+            fallback_ns = dict(WRAPPER_GLOBALS, **self.constants)
+            namespace["fallback"] = _exec(
+                self.torch_source, fallback_ns, "torch wrapper"
+            )
+        if self.cpp_source:
+            lib, path = load_library(self.cpp_source, self.cache_dir)
+            object.__setattr__(self, "library_path", path)
+            for info in self.kernels:
+                if info.kind == "loop":
+                    fn = getattr(lib, info.name)
+                    fn.argtypes = [ctypes.c_void_p] * info.arity
+                    fn.restype = None
+                    namespace[info.name] = fn
+        object.__setattr__(
+            self, "_call", _exec(self.wrapper_source, namespace, "wrapper")
+        )
         log.debug("generated code:\n%s", self.source)
+
+    @property
+    def source(self) -> str:
+        """The wrapper, followed by the C++ translation unit when there is one."""
+        if not self.cpp_source:
+            return self.wrapper_source
+        return f"{self.wrapper_source}\n{self.cpp_source}"
+
+    def loops(self) -> list[KernelInfo]:
+        """The generated loop kernels, in call order."""
+        return [k for k in self.kernels if k.kind == "loop"]
+
+    def externs(self) -> list[KernelInfo]:
+        """The library calls (matmul, convolution), in call order."""
+        return [k for k in self.kernels if k.kind == "extern"]
 
     def __call__(self, *inputs: object) -> tuple:
         return self._call(*inputs)
@@ -55,23 +103,35 @@ class CompiledGraph:
         torch.save(
             {
                 "format": FORMAT_VERSION,
-                "source": self.source,
+                "wrapper_source": self.wrapper_source,
                 "target": self.target,
                 "fallback_ops": list(self.fallback_ops),
                 "constants": self.constants,
+                "cpp_source": self.cpp_source,
+                "kernels": [asdict(k) for k in self.kernels],
+                "torch_source": self.torch_source,
             },
             buffer,
         )
         return buffer.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> CompiledGraph:
+    def from_bytes(cls, data: bytes, cache_dir: Path | None = None) -> CompiledGraph:
+        """Rebuild from ``to_bytes()``; the C++ is loaded from ``cache_dir`` (the
+        default kernel cache when None) or compiled again if it is not there."""
         state = torch.load(io.BytesIO(data), weights_only=True)
         if state.get("format") != FORMAT_VERSION:
             raise ValueError(f"unsupported CompiledGraph format {state.get('format')}")
         return cls(
-            state["source"],
+            state["wrapper_source"],
             state["target"],
             tuple(state["fallback_ops"]),
             state["constants"],
+            state["cpp_source"],
+            tuple(
+                KernelInfo(k["kind"], k["name"], tuple(k["ops"]), k["arity"])
+                for k in state["kernels"]
+            ),
+            state["torch_source"],
+            cache_dir,
         )

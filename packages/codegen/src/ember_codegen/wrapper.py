@@ -16,6 +16,7 @@ import torch
 import torch.fx
 
 from .errors import CodegenError
+from .ir import Ref
 
 # Objects the generated source may name, bound in its globals.
 WRAPPER_GLOBALS: dict[str, object] = {"torch": torch, "aten": torch.ops.aten}
@@ -49,7 +50,7 @@ def emit_wrapper(gm: torch.fx.GraphModule, title: str) -> WrapperSource:
             constants.append(node.target)
             continue
         if node.op == "output":
-            body.append(f"return {_arg(tuple(node.args[0]), names)}")
+            body.append(f"return {render_arg(tuple(node.args[0]), names)}")
             continue
         loc = node.meta.get("user_loc")
         if loc and loc != location:
@@ -80,27 +81,32 @@ def _call(node: torch.fx.Node, names, ops: set[str]) -> str:
     if node.op != "call_function":
         raise CodegenError(f"unexpected {node.op} node {node.name} in an aten graph")
     target = node.target
-    args = [_arg(a, names) for a in node.args]
-    args += [f"{k}={_arg(v, names)}" for k, v in node.kwargs.items()]
+    args = [render_arg(a, names) for a in node.args]
+    args += [f"{k}={render_arg(v, names)}" for k, v in node.kwargs.items()]
     if target is operator.getitem:
         return f"{args[0]}[{args[1]}]"
     if not isinstance(target, torch._ops.OpOverload):
         raise CodegenError(f"node {node.name} calls {target!r}, not an aten op")
     ops.add(str(target))
-    return f"{_op_path(target)}({', '.join(args)})"
+    return f"{op_path(target)}({', '.join(args)})"
 
 
-def _op_path(op: torch._ops.OpOverload) -> str:
+def op_path(op: torch._ops.OpOverload) -> str:
+    """How generated Python names an op overload."""
     namespace, name = op._schema.name.split("::")
     prefix = "aten" if namespace == "aten" else f"torch.ops.{namespace}"
     return f"{prefix}.{name}.{op._overloadname}"
 
 
-def _arg(a: object, names: dict) -> str:
+def render_arg(a: object, names: dict) -> str:
+    """Python source for an op argument; graph values (fx nodes or IR ``Ref``s)
+    are written as their names in ``names``."""
     if isinstance(a, torch.fx.Node):
         return names[a]
+    if isinstance(a, Ref):
+        return names[a.name]
     if isinstance(a, (list, tuple)):
-        inner = ", ".join(_arg(x, names) for x in a)
+        inner = ", ".join(render_arg(x, names) for x in a)
         return (
             f"[{inner}]"
             if isinstance(a, list)

@@ -63,7 +63,10 @@ def _ember(config: Config, log: CompileLog) -> Backend:
     def codegen(aten_gm, example_inputs):
         try:
             compiled = ember_codegen.compile_graph(
-                aten_gm, example_inputs, target=config.codegen_target
+                aten_gm,
+                example_inputs,
+                target=config.codegen_target,
+                cache_dir=config.cache_dir / "kernels",
             )
         except ember_codegen.CodegenError as e:
             log.eager_graph_reasons.append(str(e))

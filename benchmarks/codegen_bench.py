@@ -1,0 +1,178 @@
+"""ember_codegen's speed and compile-time benchmarks, as ratios in one run.
+
+Each workload is an aten graph compiled with ``compile_graph(target="cpp")``,
+timed against the same aten calls run eagerly and against torch.compile of them
+(the reference; skip it with --no-torch-compile). Steady-state times are medians
+of repeated calls after warm-up; compile times are measured separately, cold (an
+empty kernel cache) and warm (a fresh process loading from the disk cache).
+Run with ``python benchmarks/codegen_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.fx
+
+from ember_codegen import compile_graph
+
+aten = torch.ops.aten
+
+
+def chain10(x):
+    """Ten pointwise aten ops, as a model's activation/scale/shift code is."""
+    y = aten.mul.Tensor(x, 1.5)
+    y = aten.add.Tensor(y, 0.25)
+    y = aten.relu.default(y)
+    y = aten.sub.Tensor(y, x)
+    y = aten.abs.default(y)
+    y = aten.mul.Tensor(y, y)
+    y = aten.minimum.default(y, x)
+    y = aten.clamp.default(y, -2.0, 2.0)
+    y = aten.div.Tensor(y, 3.0)
+    y = aten.neg.default(y)
+    return (y,)
+
+
+def softmax(x):
+    return (aten._softmax.default(x, -1, False),)
+
+
+def layer_norm(x, w, b):
+    out = aten.native_layer_norm.default(x, [1024], w, b, 1e-5)
+    return (out[0],)
+
+
+def graph30(x, w):
+    """A 30-node graph: a matmul, three layer-norm-like blocks of pointwise and
+    reduction ops."""
+    y = aten.mm.default(x, w)
+    for _ in range(3):
+        m = aten.mean.dim(y, [-1], True)
+        d = aten.sub.Tensor(y, m)
+        v = aten.mean.dim(aten.mul.Tensor(d, d), [-1], True)
+        y = aten.mul.Tensor(d, aten.rsqrt.default(aten.add.Tensor(v, 1e-5)))
+        y = aten.gelu.default(aten.add.Tensor(y, 0.5))
+    return (aten.sum.dim_IntList(y, [-1]),)
+
+
+WORKLOADS: dict[str, tuple[Callable, Callable[[], tuple]]] = {
+    "10-op pointwise chain, 1M float32": (chain10, lambda: (torch.randn(1 << 20),)),
+    "softmax (4096, 1024)": (softmax, lambda: (torch.randn(4096, 1024),)),
+    "layer_norm (4096, 1024)": (
+        layer_norm,
+        lambda: (torch.randn(4096, 1024), torch.randn(1024), torch.randn(1024)),
+    ),
+}
+
+
+def steady_ms(fn: Callable, args: tuple, repeats: int) -> float:
+    for _ in range(3):
+        fn(*args)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def compile_seconds(fn: Callable, args: tuple, cache_dir: Path) -> float:
+    gm = torch.fx.symbolic_trace(fn)
+    start = time.perf_counter()
+    compile_graph(gm, list(args), target="cpp", cache_dir=cache_dir)
+    return time.perf_counter() - start
+
+
+WARM = """
+import sys, time, torch, torch.fx
+sys.path.insert(0, {bench_dir!r})
+from codegen_bench import graph30
+from ember_codegen import CompiledGraph, compile_graph
+args = (torch.randn(64, 128), torch.randn(128, 256))
+gm = torch.fx.symbolic_trace(graph30)
+torch.empty(1, device="meta") + 1  # torch's one-time meta-kernel setup, paid by aotgrad
+start = time.perf_counter()
+compiled = compile_graph(gm, list(args), target="cpp", cache_dir={cache_dir!r})
+middle = time.perf_counter()
+CompiledGraph.from_bytes(open({blob!r}, "rb").read(), cache_dir={cache_dir!r})
+print(middle - start, time.perf_counter() - middle)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument("--repeats", type=int, default=50)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    print(
+        "| workload | eager ms | ember ms | eager/ember | torch.compile ms | tc/ember |"
+    )
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (fn, make) in WORKLOADS.items():
+            inputs = make()
+            compiled = compile_graph(
+                torch.fx.symbolic_trace(fn), list(inputs), target="cpp", cache_dir=tmp
+            )
+            for got, want in zip(compiled(*inputs), fn(*inputs)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            with torch.no_grad():
+                eager = steady_ms(fn, inputs, args.repeats)
+                ours = steady_ms(compiled, inputs, args.repeats)
+                row = f"| {name} | {eager:.3f} | {ours:.3f} | {eager / ours:.2f}x |"
+                if args.no_torch_compile:
+                    row += " - | - |"
+                else:
+                    reference = torch.compile(fn)
+                    tc = steady_ms(reference, inputs, args.repeats)
+                    row += f" {tc:.3f} | {tc / ours:.2f}x |"
+            print(row, flush=True)
+
+        cache = Path(tmp) / "graph30"
+        inputs = (torch.randn(64, 128), torch.randn(128, 256))
+        nodes = sum(
+            1
+            for n in torch.fx.symbolic_trace(graph30).graph.nodes
+            if n.op == "call_function"
+        )
+        cold = compile_seconds(graph30, inputs, cache)
+        blob = Path(tmp) / "graph30.bin"
+        blob.write_bytes(
+            compile_graph(
+                torch.fx.symbolic_trace(graph30), list(inputs), "cpp", cache_dir=cache
+            ).to_bytes()
+        )
+        script = WARM.format(
+            bench_dir=str(Path(__file__).parent), cache_dir=str(cache), blob=str(blob)
+        )
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", script],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            for _ in range(3)
+        ]
+        warm = statistics.median(float(r[0]) for r in runs) * 1e3
+        loaded = statistics.median(float(r[1]) for r in runs) * 1e3
+        print(
+            f"\ncompile time, {nodes}-node graph: cold {cold:.3f} s; fresh process "
+            f"with the kernel on disk: compile_graph {warm:.1f} ms, "
+            f"CompiledGraph.from_bytes {loaded:.1f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The Python wrapper of the C++ target: checks the inputs match what the kernels
+were compiled for (else runs the graph through torch), allocates buffers as the
+memory plan says, calls kernels and library functions, frees buffers early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .ir import Extern, TensorSpec, describe_origin, refs
+from .lowering import LoweredGraph
+from .memory import MemoryPlan, nbytes
+from .scheduler import AliasView, Kernel, Schedule
+from .wrapper import op_path, render_arg
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """One entry of ``CompiledGraph.kernels``: a generated loop, an extern
+    library call, or a fallback op; ``ops`` are the aten ops it runs."""
+
+    kind: str  # "loop" | "extern" | "fallback"
+    name: str
+    ops: tuple[str, ...]
+    arity: int = 0  # pointer arguments of a loop kernel
+
+
+def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Tensor:
+    """A tensor of another dtype and layout over ``t``'s memory (a reused buffer)."""
+    out = torch.empty(0, dtype=dtype)
+    return out.set_(
+        t.untyped_storage(),
+        t.storage_offset() * t.element_size() // out.element_size(),
+        sizes,
+        strides,
+    )
+
+
+def fix_layout(t: torch.Tensor, sizes, strides) -> torch.Tensor:
+    """``t`` with exactly the strides the kernels were compiled for."""
+    if t.stride() == tuple(strides):
+        return t
+    return torch.empty_strided(sizes, strides, dtype=t.dtype).copy_(t)
+
+
+def _layout(spec: TensorSpec) -> str:
+    return f"{tuple(spec.sizes)}, {tuple(spec.strides)}"
+
+
+def _spec_args(spec: TensorSpec) -> str:
+    return f"{tuple(spec.sizes)}, {tuple(spec.strides)}, dtype={spec.dtype}"
+
+
+def emit_cpp_wrapper(
+    lowered: LoweredGraph,
+    schedule: Schedule,
+    plan: MemoryPlan,
+    title: str,
+) -> tuple[str, tuple[KernelInfo, ...]]:
+    """Source defining ``call(*inputs)`` and the list of kernels it runs."""
+    specs = lowered.specs
+    params = list(lowered.inputs)
+    guard = " and ".join(
+        f"{n}.dtype is {specs[n].dtype} and {n}.shape == {tuple(specs[n].sizes)} "
+        f"and {n}.stride() == {tuple(specs[n].strides)} and {n}.is_cpu"
+        for n in params
+    )
+    tensor_needed = {
+        n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
+    }
+    tensor_needed |= {s.base for s in schedule.steps if isinstance(s, AliasView)}
+    read_by_kernels = {
+        n for s in schedule.steps if isinstance(s, Kernel) for n in s.reads
+    }
+    body: list[str] = []
+    if guard:
+        body += [f"if not ({guard}):", f"    return fallback({', '.join(params)})"]
+    kernels: list[KernelInfo] = []
+    for s, step in enumerate(schedule.steps):
+        if isinstance(step, Kernel):
+            for name in sorted(step.stored):
+                body += _allocate(
+                    plan.allocations[name], specs[name], name in tensor_needed
+                )
+            body.append(f"# {step.name}: {describe_origin(step.origin)}")
+            args = [f"{n}.data_ptr()" for n in step.reads]
+            args += [
+                f"{st.name}.data_ptr()" for st in step.stages if st.name in step.stored
+            ]
+            body.append(f"{step.name}({', '.join(args)})")
+            kernels.append(KernelInfo("loop", step.name, _ops(step.origin), len(args)))
+        elif isinstance(step, Extern):
+            body += _extern(step, specs, read_by_kernels)
+            kind = "fallback" if step.fallback else "extern"
+            kernels.append(KernelInfo(kind, step.name, (str(step.op),)))
+        else:
+            body.append(
+                f"{step.name} = {step.base}.as_strided({tuple(step.sizes)}, "
+                f"{tuple(step.strides)}, {step.base}.storage_offset() + {step.offset})"
+            )
+        if plan.frees.get(s):
+            body.append(f"del {', '.join(plan.frees[s])}")
+    results = []
+    for i, name in enumerate(lowered.outputs):
+        results.append(name if name else render_arg(lowered.output_constants[i], {}))
+    body.append(f"return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+    loops = sum(k.kind == "loop" for k in kernels)
+    externs = sum(k.kind == "extern" for k in kernels)
+    header = [
+        f"# ember codegen: {title}",
+        f"# target 'cpp': {loops} generated loop kernels (C++ source below), "
+        f"{externs} library calls, {len(lowered.fallback_ops)} ops through torch",
+        f"def call({', '.join(params)}):",
+    ]
+    source = "\n".join(header + ["    " + line for line in body]) + "\n"
+    return source, tuple(kernels)
+
+
+def _ops(origin: tuple[str, ...]) -> tuple[str, ...]:
+    """Op names of an origin list, without the user locations."""
+    return tuple(dict.fromkeys(o.split(" @ ")[0] for o in origin))
+
+
+def _refs(step: Extern) -> list[str]:
+    return refs(step.args) + refs(step.kwargs)
+
+
+def _allocate(alloc, spec: TensorSpec, as_tensor: bool) -> list[str]:
+    if alloc.reuses is None:
+        return [f"{alloc.name} = empty_strided({_spec_args(spec)})"]
+    if as_tensor:
+        make = (
+            f"reinterpret({alloc.reuses}, {spec.dtype}, {tuple(spec.sizes)}, "
+            f"{tuple(spec.strides)})"
+        )
+    else:
+        make = alloc.reuses
+    return [
+        f"{alloc.name} = {make}  # reuses the memory of {alloc.reuses} "
+        f"({nbytes(spec)} bytes)",
+        f"del {alloc.reuses}",
+    ]
+
+
+def _extern(step: Extern, specs, read_by_kernels: set[str]) -> list[str]:
+    names = {n: n for n in _refs(step)}
+    args = [render_arg(a, names) for a in step.args]
+    args += [f"{k}={render_arg(v, names)}" for k, v in step.kwargs]
+    targets = [o or "_" for o in step.outputs]
+    lhs = ", ".join(targets)
+    if len(targets) == 1 and _returns_sequence(step):
+        lhs += ","
+    lines = [f"{lhs} = {op_path(step.op)}({', '.join(args)})"]
+    for name in targets:
+        if name != "_" and name in read_by_kernels and step.fallback:
+            lines.append(f"{name} = fix_layout({name}, {_layout(specs[name])})")
+    return lines
+
+
+def _returns_sequence(step: Extern) -> bool:
+    return len(step.op._schema.returns) != 1 or str(
+        step.op._schema.returns[0].type
+    ).endswith("[]")
+
+
+WRAPPER_HELPERS = {
+    "empty_strided": torch.empty_strided,
+    "reinterpret": reinterpret,
+    "fix_layout": fix_layout,
+}

@@ -1,0 +1,216 @@
+"""Index expressions of the loop IR: affine sums of loop variables, floor
+division and modulo, simplified with the variables' ranges so that views of
+contiguous data come out as plain ``i0*C + i1`` offsets instead of div/mod chains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """A loop variable that runs over ``[0, size)``."""
+
+    name: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Div:
+    """``floor(num / den)`` of a non-negative index."""
+
+    num: Index
+    den: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mod:
+    """``num % den`` of a non-negative index."""
+
+    num: Index
+    den: int
+
+
+Term = Var | Div | Mod
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """``const + sum(coef * term)``; build with ``index()``, ``var()``, ``+``, ``*``."""
+
+    terms: tuple[tuple[Term, int], ...]
+    const: int = 0
+
+    def __add__(self, other: Index | int) -> Index:
+        other = other if isinstance(other, Index) else Index((), other)
+        return _normalize(self.terms + other.terms, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Index | int) -> Index:
+        return self + (other * -1 if isinstance(other, Index) else -other)
+
+    def __mul__(self, k: int) -> Index:
+        if k == 0:
+            return ZERO
+        return Index(tuple((t, c * k) for t, c in self.terms), self.const * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, den: int) -> Index:
+        return _div(self, den)
+
+    def __mod__(self, den: int) -> Index:
+        return _mod(self, den)
+
+    def __str__(self) -> str:
+        return render(self)
+
+
+ZERO = Index(())
+
+
+def const(value: int) -> Index:
+    return Index((), value)
+
+
+def var(name: str, size: int) -> Index:
+    return Index(((Var(name, size), 1),))
+
+
+def bounds(e: Index | Term) -> tuple[int, int]:
+    """Inclusive lower and upper bound of an index or term."""
+    if isinstance(e, Var):
+        return 0, max(e.size - 1, 0)
+    if isinstance(e, Div):
+        lo, hi = bounds(e.num)
+        return lo // e.den, hi // e.den
+    if isinstance(e, Mod):
+        lo, hi = bounds(e.num)
+        return (lo, hi) if lo >= 0 and hi < e.den else (0, e.den - 1)
+    lo = hi = e.const
+    for term, coef in e.terms:
+        tlo, thi = bounds(term)
+        lo += min(coef * tlo, coef * thi)
+        hi += max(coef * tlo, coef * thi)
+    return lo, hi
+
+
+def _normalize(terms, const_: int) -> Index:
+    merged: dict[Term, int] = {}
+    for term, coef in terms:
+        merged[term] = merged.get(term, 0) + coef
+    # A size-1 variable is always 0; a one-valued term is a constant.
+    for term in list(merged):
+        lo, hi = bounds(term)
+        if lo == hi:
+            const_ += lo * merged.pop(term)
+    # (x // d) * k * d + (x % d) * k == x * k: a view of a view of contiguous data.
+    for term in list(merged):
+        if isinstance(term, Mod) and term in merged:
+            k = merged[term]
+            div = Div(term.num, term.den)
+            if merged.get(div) == k * term.den:
+                del merged[term], merged[div]
+                rest = term.num * k
+                return _normalize(
+                    tuple(merged.items()) + rest.terms, const_ + rest.const
+                )
+    ordered = sorted(
+        ((t, c) for t, c in merged.items() if c != 0), key=lambda tc: render_term(tc[0])
+    )
+    return Index(tuple(ordered), const_)
+
+
+def _split_by_factor(e: Index, den: int) -> tuple[int, Index, Index] | None:
+    """``(f, A, R)`` with ``e == f*A + R``, ``f`` dividing ``den``, ``0 <= R < f``."""
+    factors = sorted({math.gcd(den, abs(c)) for _, c in e.terms} - {1}, reverse=True)
+    for f in factors:
+        big = tuple((t, c // f) for t, c in e.terms if c % f == 0)
+        small = tuple((t, c) for t, c in e.terms if c % f != 0)
+        rest = Index(small, e.const % f)
+        lo, hi = bounds(rest)
+        if lo >= 0 and hi < f:
+            return f, _normalize(big, e.const // f), rest
+    return None
+
+
+def _div(e: Index, den: int) -> Index:
+    if den == 1:
+        return e
+    lo, hi = bounds(e)
+    if lo >= 0 and hi < den:
+        return ZERO
+    split = _split_by_factor(e, den)
+    if split is not None:  # (f*A + R) // (f*m) == A // m when 0 <= R < f
+        f, a, _ = split
+        return _div(a, den // f)
+    quotient = [(t, c // den) for t, c in e.terms if c % den == 0]
+    rest = Index(tuple((t, c) for t, c in e.terms if c % den != 0), e.const % den)
+    q = _normalize(tuple(quotient), e.const // den)
+    if len(rest.terms) == 1 and rest.const == 0 and rest.terms[0][1] == 1:
+        inner = rest.terms[0][0]
+        if isinstance(inner, Div):  # (x // a) // b == x // (a * b)
+            return q + _div(inner.num, inner.den * den)
+    return q + Index(((Div(rest, den), 1),))
+
+
+def _mod(e: Index, den: int) -> Index:
+    if den == 1:
+        return ZERO
+    rest = Index(tuple((t, c) for t, c in e.terms if c % den != 0), e.const % den)
+    rest = _normalize(rest.terms, rest.const)
+    lo, hi = bounds(rest)
+    if lo >= 0 and hi < den:
+        return rest
+    split = _split_by_factor(rest, den)
+    if split is not None:  # (f*A + R) % (f*m) == f*(A % m) + R when 0 <= R < f
+        f, a, r = split
+        return _mod(a, den // f) * f + r
+    return Index(((Mod(rest, den), 1),))
+
+
+def substitute(e: Index, mapping: dict[str, Index]) -> Index:
+    """``e`` with each variable named in ``mapping`` replaced by its index."""
+    out = const(e.const)
+    for term, coef in e.terms:
+        out = out + _subst_term(term, mapping) * coef
+    return out
+
+
+def _subst_term(term: Term, mapping: dict[str, Index]) -> Index:
+    if isinstance(term, Var):
+        return mapping.get(term.name, Index(((term, 1),)))
+    if isinstance(term, Div):
+        return substitute(term.num, mapping) // term.den
+    return substitute(term.num, mapping) % term.den
+
+
+def variables(e: Index) -> set[str]:
+    found: set[str] = set()
+    for term, _ in e.terms:
+        if isinstance(term, Var):
+            found.add(term.name)
+        else:
+            found |= variables(term.num)
+    return found
+
+
+def render_term(term: Term) -> str:
+    if isinstance(term, Var):
+        return term.name
+    op = "/" if isinstance(term, Div) else "%"
+    return f"(({render(term.num)}) {op} {term.den})"
+
+
+def render(e: Index) -> str:
+    """C (and Python) source of a non-negative index; all variables are int64."""
+    parts = []
+    for term, coef in e.terms:
+        t = render_term(term)
+        parts.append(t if coef == 1 else f"{coef}*{t}")
+    if e.const or not parts:
+        parts.append(str(e.const))
+    return " + ".join(parts).replace("+ -", "- ")

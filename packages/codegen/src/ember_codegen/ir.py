@@ -1,0 +1,214 @@
+"""The loop-level IR: one node per computed tensor, defined by index expressions.
+
+Pointwise and reduction nodes hold a scalar expression over their loop variables
+(``i0..`` for output dims, ``r0..`` for reduced dims); ``Load(name, index)`` reads
+another node at a logical index, so views are index math and fusion is substitution.
+Extern and fallback nodes run an aten op through torch. ``format_ir`` prints it all.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+from .indexing import Index, render
+
+# The dtypes the C++ backend computes in; anything else runs through torch.
+C_TYPES: dict[torch.dtype, str] = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.int64: "int64_t",
+    torch.int32: "int32_t",
+    torch.bool: "bool",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The element of node ``name`` at a logical (per-dimension) index."""
+
+    name: str
+    index: tuple[Index, ...]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: bool | int | float
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class IndexValue:
+    """An index expression used as a value (arange, masks of concatenation)."""
+
+    index: Index
+    dtype: torch.dtype = torch.int64
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A scalar op from ``cpp.SCALAR_OPS`` applied to ``args``, giving ``dtype``.
+
+    ``select`` (cond, a, b) evaluates only the taken branch, so a branch may hold
+    loads that are out of bounds when not taken (concatenation).
+    """
+
+    op: str
+    args: tuple[Expr, ...]
+    dtype: torch.dtype
+
+
+Expr = Load | Const | IndexValue | Call
+
+
+class ReduceKind(enum.Enum):
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"  # propagates NaN, like torch.amax
+    MIN = "min"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: torch.dtype
+
+
+# --- nodes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A graph input or constant; its strides are the ones compiled for."""
+
+    name: str
+    spec: TensorSpec
+    origin: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Pointwise:
+    """``out[i0, i1, ...] = expr``."""
+
+    name: str
+    sizes: tuple[int, ...]
+    dtype: torch.dtype
+    expr: Expr
+    origin: tuple[str, ...]  # the aten nodes it came from, for comments
+    view: bool = False  # a view op: as an output it may alias its input's memory
+
+
+@dataclass(frozen=True, slots=True)
+class Reduction:
+    """``out[i0, ...] = reduce over r0, ... of expr``; ``acc_dtype`` accumulates."""
+
+    name: str
+    sizes: tuple[int, ...]
+    reduce_sizes: tuple[int, ...]
+    kind: ReduceKind
+    dtype: torch.dtype
+    acc_dtype: torch.dtype
+    expr: Expr
+    origin: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A tensor argument of an extern or fallback call: the node named ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Extern:
+    """A library kernel (mm, conv, ...) called through torch; ``outputs`` name
+    the tensors it returns (``None`` where a returned value is unused)."""
+
+    op: torch._ops.OpOverload
+    args: tuple
+    kwargs: tuple[tuple[str, object], ...]
+    outputs: tuple[str | None, ...]
+    specs: tuple[TensorSpec | None, ...]
+    origin: tuple[str, ...]
+    fallback: bool = False  # True: an op with no lowering, listed in fallback_ops
+
+    @property
+    def name(self) -> str:
+        return next(o for o in self.outputs if o is not None)
+
+
+Node = Input | Pointwise | Reduction | Extern
+
+
+def node_names(node: Node) -> tuple[str, ...]:
+    return (
+        tuple(o for o in node.outputs if o)
+        if isinstance(node, Extern)
+        else (node.name,)
+    )
+
+
+def loads(e: Expr) -> list[Load]:
+    """Every Load in ``e``, depth first."""
+    if isinstance(e, Load):
+        return [e]
+    if isinstance(e, Call):
+        return [ld for a in e.args for ld in loads(a)]
+    return []
+
+
+def refs(value: object) -> list[str]:
+    """Names of the Ref arguments inside an extern's (nested) args."""
+    if isinstance(value, Ref):
+        return [value.name]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in refs(v)]
+    return []
+
+
+def describe_origin(origin: tuple[str, ...]) -> str:
+    """``op, op, ... (file:line, ...)`` for an origin list of ``op @ file:line``."""
+    ops = dict.fromkeys(o.split(" @ ")[0] for o in origin)
+    locs = dict.fromkeys(o.split(" @ ")[1] for o in origin if " @ " in o)
+    where = f" ({', '.join(locs)})" if locs else ""
+    return ", ".join(ops) + where
+
+
+def format_expr(e: Expr) -> str:
+    if isinstance(e, Load):
+        return f"{e.name}[{', '.join(render(i) for i in e.index)}]"
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, IndexValue):
+        return f"index({render(e.index)})"
+    return f"{e.op}({', '.join(format_expr(a) for a in e.args)})"
+
+
+def format_node(node: Node) -> str:
+    """One line of the IR listing."""
+    if isinstance(node, Input):
+        s = node.spec
+        layout = f"{list(s.sizes)}, strides={list(s.strides)}"
+        return f"{node.name} = input({layout}, {s.dtype})"
+    if isinstance(node, Pointwise):
+        return (
+            f"{node.name} = pointwise({list(node.sizes)}, {node.dtype}) "
+            f"{format_expr(node.expr)}"
+        )
+    if isinstance(node, Reduction):
+        return (
+            f"{node.name} = {node.kind.value}({list(node.sizes)} over "
+            f"{list(node.reduce_sizes)}, {node.dtype}) {format_expr(node.expr)}"
+        )
+    outs = ", ".join(o or "_" for o in node.outputs)
+    kind = "fallback" if node.fallback else "extern"
+    return f"{outs} = {kind} {node.op}({', '.join(map(str, node.args))})"
+
+
+def format_ir(nodes: list[Node]) -> str:
+    """The IR as a short listing, one node per line."""
+    return "\n".join(format_node(n) for n in nodes)

@@ -1,0 +1,196 @@
+"""Lowering rules for views and layout ops: each is index math over its input,
+never a copy, unless the result must exist in memory (then the scheduler
+realizes it, or hands an extern a strided view of the input's storage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .indexing import ZERO, Index, const
+from .ir import Call, Const, IndexValue
+from .lower_pointwise import broadcast_load
+from .lowering import TV, Lowerer, Unsupported, contiguous, register
+
+aten = torch.ops.aten
+
+
+def view_of(
+    lo: Lowerer,
+    src: TV,
+    meta: torch.Tensor,
+    mapping: Callable[[tuple[Index, ...]], Sequence[Index]],
+) -> TV:
+    """A node reading ``src`` at ``mapping(out_index)``."""
+    return lo.pointwise(
+        meta.shape,
+        src.dtype,
+        lambda i: lo.load(src, mapping(i)),
+        meta.stride(),
+        view=True,
+    )
+
+
+def _dim(d: int, ndim: int) -> int:
+    return d % max(ndim, 1)
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(lo: Lowerer, a: TV, size):
+    out = lo.out_meta
+    src_sizes, out_sizes = a.sizes, tuple(out.shape)
+
+    def mapping(index):
+        # Flatten the output index row-major, then unflatten it into the input's dims.
+        flat = ZERO
+        for i, stride in zip(index, contiguous(out_sizes)):
+            flat = flat + i * stride
+        return [
+            (flat // stride) % max(size, 1)
+            for size, stride in zip(src_sizes, contiguous(src_sizes))
+        ]
+
+    return view_of(lo, a, out, mapping)
+
+
+@register(aten.expand.default)
+def _expand(lo: Lowerer, a: TV, size, implicit=False):
+    return view_of(lo, a, lo.out_meta, lambda i: broadcast_load(lo, a, i).index)
+
+
+@register(aten.permute.default)
+def _permute(lo: Lowerer, a: TV, dims):
+    dims = [_dim(d, len(a.sizes)) for d in dims]
+
+    def mapping(index):
+        src = [ZERO] * len(dims)
+        for out_pos, d in enumerate(dims):
+            src[d] = index[out_pos]
+        return src
+
+    return view_of(lo, a, lo.out_meta, mapping)
+
+
+@register(aten.t.default)
+def _t(lo: Lowerer, a: TV):
+    return _permute(lo, a, list(reversed(range(len(a.sizes)))))
+
+
+@register(aten.transpose.int)
+def _transpose(lo: Lowerer, a: TV, dim0: int, dim1: int):
+    dims = list(range(len(a.sizes)))
+    d0, d1 = _dim(dim0, len(dims)), _dim(dim1, len(dims))
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return _permute(lo, a, dims)
+
+
+@register(aten.unsqueeze.default)
+def _unsqueeze(lo: Lowerer, a: TV, dim: int):
+    d = dim % (len(a.sizes) + 1)
+    return view_of(lo, a, lo.out_meta, lambda i: list(i[:d]) + list(i[d + 1 :]))
+
+
+@register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(lo: Lowerer, a: TV, dims=None):
+    if dims is None:
+        dims = range(len(a.sizes))
+    elif isinstance(dims, int):
+        dims = [dims]
+    dropped = {
+        _dim(d, len(a.sizes)) for d in dims if a.sizes[_dim(d, len(a.sizes))] == 1
+    }
+
+    def mapping(index):
+        it = iter(index)
+        return [ZERO if d in dropped else next(it) for d in range(len(a.sizes))]
+
+    return view_of(lo, a, lo.out_meta, mapping)
+
+
+@register(aten.slice.Tensor)
+def _slice(lo: Lowerer, a: TV, dim=0, start=None, end=None, step=1):
+    d = _dim(dim, len(a.sizes))
+    size = a.sizes[d]  # torch clamps the start into [0, size]; meta gave the length
+    begin = 0 if start is None else start + size if start < 0 else start
+    begin = min(max(begin, 0), size)
+
+    def mapping(index):
+        src = list(index)
+        src[d] = index[d] * step + begin
+        return src
+
+    return view_of(lo, a, lo.out_meta, mapping)
+
+
+@register(aten.select.int)
+def _select(lo: Lowerer, a: TV, dim: int, index: int):
+    d = _dim(dim, len(a.sizes))
+    at = index + a.sizes[d] if index < 0 else index
+    return view_of(lo, a, lo.out_meta, lambda i: [*i[:d], const(at), *i[d:]])
+
+
+def _split_views(lo: Lowerer, a: TV, sizes: Sequence[int], dim: int) -> tuple[TV, ...]:
+    metas = list(lo.out_meta)
+    d = _dim(dim, len(a.sizes))
+    views, begin = [], 0
+    for meta, size in zip(metas, sizes):
+        lo.out_meta = meta
+        views.append(_slice(lo, a, d, begin, begin + size, 1))
+        begin += size
+    return tuple(views)
+
+
+@register(aten.split.Tensor)
+def _split(lo: Lowerer, a: TV, split_size: int, dim: int = 0):
+    return _split_views(
+        lo, a, [m.shape[_dim(dim, len(a.sizes))] for m in lo.out_meta], dim
+    )
+
+
+@register(aten.split_with_sizes.default)
+def _split_with_sizes(lo: Lowerer, a: TV, split_sizes, dim: int = 0):
+    return _split_views(lo, a, split_sizes, dim)
+
+
+@register(aten.unbind.int)
+def _unbind(lo: Lowerer, a: TV, dim: int = 0):
+    metas = list(lo.out_meta)
+    views = []
+    for k, meta in enumerate(metas):
+        lo.out_meta = meta
+        views.append(_select(lo, a, dim, k))
+    return tuple(views)
+
+
+@register(aten.cat.default)
+def _cat(lo: Lowerer, tensors, dim: int = 0):
+    out = lo.out_meta
+    d = _dim(dim, out.dim())
+    parts = [t for t in tensors if not (len(t.sizes) == 1 and t.sizes[0] == 0)]
+    if not parts or any(t.dtype != out.dtype for t in parts):
+        raise Unsupported  # mixed-dtype cat promotes; leave it to torch
+
+    def body(index):
+        # Innermost-first: the last part is the default, earlier ones are guarded.
+        offsets, begin = [], 0
+        for t in parts:
+            offsets.append(begin)
+            begin += t.sizes[d]
+        expr = None
+        for t, begin in reversed(list(zip(parts, offsets))):
+            src = list(index)
+            src[d] = index[d] - begin
+            load = lo.load(t, src)
+            if expr is None:
+                expr = load
+                continue
+            end = begin + t.sizes[d]
+            below = Call(
+                "lt", (IndexValue(index[d]), Const(end, torch.int64)), torch.bool
+            )
+            expr = Call("select", (below, load, expr), out.dtype)
+        return expr
+
+    return lo.pointwise(out.shape, out.dtype, body, out.stride())

@@ -1,0 +1,392 @@
+"""Lowering rules for elementwise aten ops: arithmetic, comparisons, math
+functions, activations, casts and fills. Broadcasting is index math (size-1 and
+missing dims read index 0); dtypes follow torch's promotion via the node's meta.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .indexing import ZERO, Index
+from .ir import Call, Const, Expr, IndexValue
+from .lowering import TV, Lowerer, Unsupported, cast, constant, register
+
+aten = torch.ops.aten
+
+
+def broadcast_load(lo: Lowerer, tv: TV, out_index: tuple[Index, ...]) -> Expr:
+    """``tv`` read at an output index, broadcasting its trailing-aligned dims."""
+    offset = len(out_index) - len(tv.sizes)
+    index = [ZERO if s == 1 else out_index[offset + d] for d, s in enumerate(tv.sizes)]
+    return lo.load(tv, index)
+
+
+def operand(lo: Lowerer, a: object, index: tuple[Index, ...], dtype) -> Expr:
+    if isinstance(a, TV):
+        return cast(broadcast_load(lo, a, index), dtype)
+    if isinstance(a, (bool, int, float)):
+        return constant(a, dtype)
+    raise Unsupported
+
+
+def _out(lo: Lowerer) -> torch.Tensor:
+    meta = lo.out_meta
+    if not isinstance(meta, torch.Tensor):
+        raise Unsupported
+    return meta
+
+
+def elementwise(lo: Lowerer, fn, *args, compute: torch.dtype | None = None) -> TV:
+    """The node's output computed as ``fn(*operands)``, operands in ``compute``
+    (default: the output dtype), the result cast to the output dtype."""
+    out = _out(lo)
+    compute = compute or out.dtype
+
+    def body(index):
+        return fn(*(operand(lo, a, index, compute) for a in args))
+
+    return lo.pointwise(out.shape, out.dtype, body, out.stride())
+
+
+def call(op: str, *args: Expr, dtype=None) -> Call:
+    return Call(op, args, dtype or args[0].dtype)
+
+
+def _promoted(*args: object) -> torch.dtype:
+    values = [a.meta if isinstance(a, TV) else a for a in args]
+    if len(values) == 1:
+        return values[0].dtype
+    return torch.result_type(*values)
+
+
+# --- arithmetic ------------------------------------------------------------------
+
+
+def _binary(op: str):
+    def rule(lo: Lowerer, a, b, alpha=1):
+        if alpha != 1:
+            return elementwise(
+                lo,
+                lambda x, y: call(op, x, call("mul", y, constant(alpha, y.dtype))),
+                a,
+                b,
+            )
+        return elementwise(lo, lambda x, y: call(op, x, y), a, b)
+
+    return rule
+
+
+register(aten.add.Tensor, aten.add.Scalar)(_binary("add"))
+register(aten.sub.Tensor, aten.sub.Scalar)(_binary("sub"))
+register(aten.mul.Tensor, aten.mul.Scalar)(_binary("mul"))
+register(aten.maximum.default)(_binary("maximum"))
+register(aten.minimum.default)(_binary("minimum"))
+
+
+@register(aten.div.Tensor, aten.div.Scalar)
+def _div(lo: Lowerer, a, b):
+    if not _out(lo).dtype.is_floating_point:
+        raise Unsupported
+    return elementwise(lo, lambda x, y: call("div", x, y), a, b)
+
+
+@register(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(lo: Lowerer, a, b, alpha=1):
+    return elementwise(
+        lo, lambda x, y: call("sub", y, call("mul", x, constant(alpha, x.dtype))), a, b
+    )
+
+
+@register(aten.pow.Tensor_Scalar)
+def _pow(lo: Lowerer, a, exponent):
+    if not _out(lo).dtype.is_floating_point or not isinstance(exponent, (int, float)):
+        raise Unsupported
+    # torch computes these exponents with multiplies and sqrt, so must we.
+    special = {
+        2: lambda x: call("mul", x, x),
+        3: lambda x: call("mul", call("mul", x, x), x),
+        0.5: lambda x: call("sqrt", x),
+        -1: lambda x: call("reciprocal", x),
+        1: lambda x: x,
+    }
+    if exponent in special:
+        return elementwise(lo, special[exponent], a)
+    return elementwise(lo, lambda x: call("pow", x, constant(exponent, x.dtype)), a)
+
+
+# --- unary math ------------------------------------------------------------------
+
+_FLOAT_UNARY = {
+    aten.exp.default: "exp",
+    aten.log.default: "log",
+    aten.sqrt.default: "sqrt",
+    aten.rsqrt.default: "rsqrt",
+    aten.tanh.default: "tanh",
+    aten.sin.default: "sin",
+    aten.cos.default: "cos",
+    aten.erf.default: "erf",
+    aten.log1p.default: "log1p",
+    aten.expm1.default: "expm1",
+    aten.reciprocal.default: "reciprocal",
+    aten.sigmoid.default: "sigmoid",
+}
+_ANY_UNARY = {
+    aten.neg.default: "neg",
+    aten.abs.default: "abs",
+    aten.relu.default: "relu",
+    aten.floor.default: "floor",
+    aten.ceil.default: "ceil",
+    aten.trunc.default: "trunc",
+}
+
+
+def _unary(op: str, float_only: bool):
+    def rule(lo: Lowerer, a):
+        if float_only and not _out(lo).dtype.is_floating_point:
+            raise Unsupported
+        if op in ("floor", "ceil", "trunc") and not a.dtype.is_floating_point:
+            return elementwise(lo, lambda x: x, a)
+        return elementwise(lo, lambda x: call(op, x), a)
+
+    return rule
+
+
+for _op, _name in _FLOAT_UNARY.items():
+    register(_op)(_unary(_name, float_only=True))
+for _op, _name in _ANY_UNARY.items():
+    register(_op)(_unary(_name, float_only=False))
+
+
+def _float_only(lo: Lowerer) -> torch.dtype:
+    dtype = _out(lo).dtype
+    if not dtype.is_floating_point:
+        raise Unsupported
+    return dtype
+
+
+@register(aten.gelu.default)
+def _gelu(lo: Lowerer, a, approximate="none"):
+    dtype = _float_only(lo)
+
+    def c(v: float) -> Const:
+        return constant(v, dtype)
+
+    if approximate == "none":
+        return elementwise(
+            lo,
+            lambda x: call(
+                "mul",
+                call("mul", x, c(0.5)),
+                call("add", c(1.0), call("erf", call("mul", x, c(math.sqrt(0.5))))),
+            ),
+            a,
+        )
+    inner = math.sqrt(2 / math.pi)
+    return elementwise(
+        lo,
+        lambda x: call(
+            "mul",
+            call("mul", c(0.5), x),
+            call(
+                "add",
+                c(1.0),
+                call(
+                    "tanh",
+                    call(
+                        "mul",
+                        c(inner),
+                        call(
+                            "add",
+                            x,
+                            call("mul", c(0.044715), call("mul", x, call("mul", x, x))),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        a,
+    )
+
+
+@register(aten.silu.default)
+def _silu(lo: Lowerer, a):
+    _float_only(lo)
+    return elementwise(lo, lambda x: call("mul", x, call("sigmoid", x)), a)
+
+
+@register(aten.clamp.default)
+def _clamp(lo: Lowerer, a, min=None, max=None):
+    def body(x):
+        if min is not None:
+            x = call("clamp_min", x, constant(min, x.dtype))
+        if max is not None:
+            x = call("clamp_max", x, constant(max, x.dtype))
+        return x
+
+    return elementwise(lo, body, a)
+
+
+@register(aten.clamp_min.default)
+def _clamp_min(lo: Lowerer, a, min):
+    return elementwise(lo, lambda x: call("clamp_min", x, constant(min, x.dtype)), a)
+
+
+@register(aten.clamp_max.default)
+def _clamp_max(lo: Lowerer, a, max):
+    return elementwise(lo, lambda x: call("clamp_max", x, constant(max, x.dtype)), a)
+
+
+# --- comparisons and logic -------------------------------------------------------
+
+_COMPARE = {
+    "eq": (aten.eq.Tensor, aten.eq.Scalar),
+    "ne": (aten.ne.Tensor, aten.ne.Scalar),
+    "lt": (aten.lt.Tensor, aten.lt.Scalar),
+    "le": (aten.le.Tensor, aten.le.Scalar),
+    "gt": (aten.gt.Tensor, aten.gt.Scalar),
+    "ge": (aten.ge.Tensor, aten.ge.Scalar),
+}
+
+
+def _compare(op: str):
+    def rule(lo: Lowerer, a, b):
+        return elementwise(
+            lo,
+            lambda x, y: call(op, x, y, dtype=torch.bool),
+            a,
+            b,
+            compute=_promoted(a, b),
+        )
+
+    return rule
+
+
+for _name, _ops in _COMPARE.items():
+    register(*_ops)(_compare(_name))
+
+
+@register(aten.logical_not.default)
+def _logical_not(lo: Lowerer, a):
+    return elementwise(lo, lambda x: call("not", x), a, compute=torch.bool)
+
+
+@register(aten.bitwise_not.default)
+def _bitwise_not(lo: Lowerer, a):
+    if a.dtype != torch.bool:
+        raise Unsupported
+    return _logical_not(lo, a)
+
+
+@register(aten.logical_and.default)
+def _logical_and(lo: Lowerer, a, b):
+    return elementwise(lo, lambda x, y: call("and", x, y), a, b, compute=torch.bool)
+
+
+@register(aten.logical_or.default)
+def _logical_or(lo: Lowerer, a, b):
+    return elementwise(lo, lambda x, y: call("or", x, y), a, b, compute=torch.bool)
+
+
+@register(
+    aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar
+)
+def _where(lo: Lowerer, cond, a, b):
+    dtype = _out(lo).dtype
+
+    def body(index):
+        return call(
+            "where",
+            operand(lo, cond, index, torch.bool),
+            operand(lo, a, index, dtype),
+            operand(lo, b, index, dtype),
+            dtype=dtype,
+        )
+
+    out = _out(lo)
+    return lo.pointwise(out.shape, dtype, body, out.stride())
+
+
+@register(aten.masked_fill.Scalar)
+def _masked_fill(lo: Lowerer, a, mask, value):
+    out = _out(lo)
+
+    def body(index):
+        return call(
+            "where",
+            operand(lo, mask, index, torch.bool),
+            constant(value, out.dtype),
+            operand(lo, a, index, out.dtype),
+            dtype=out.dtype,
+        )
+
+    return lo.pointwise(out.shape, out.dtype, body, out.stride())
+
+
+# --- copies, casts and fills -----------------------------------------------------
+
+
+def _on_cpu(device) -> None:
+    if device is not None and torch.device(device).type != "cpu":
+        raise Unsupported
+
+
+@register(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+def _clone(lo: Lowerer, a, memory_format=None):
+    return elementwise(lo, lambda x: x, a)
+
+
+@register(aten._to_copy.default)
+def _to_copy(lo: Lowerer, a, *, dtype=None, layout=None, device=None, **_):
+    _on_cpu(device)
+    if layout not in (None, torch.strided):
+        raise Unsupported
+    return elementwise(lo, lambda x: x, a, compute=a.dtype)
+
+
+@register(aten.full.default, aten.scalar_tensor.default)
+def _full(lo: Lowerer, size, fill_value=None, *, device=None, **_):
+    _on_cpu(device)
+    value = size if fill_value is None else fill_value  # scalar_tensor(value)
+    out = _out(lo)
+    return lo.pointwise(
+        out.shape, out.dtype, lambda i: constant(value, out.dtype), out.stride()
+    )
+
+
+@register(aten.full_like.default)
+def _full_like(lo: Lowerer, a, fill_value, *, device=None, **_):
+    _on_cpu(device)
+    out = _out(lo)
+    return lo.pointwise(
+        out.shape, out.dtype, lambda i: constant(fill_value, out.dtype), out.stride()
+    )
+
+
+@register(aten.zeros_like.default)
+def _zeros_like(lo: Lowerer, a, *, device=None, **_):
+    return _full_like(lo, a, 0, device=device)
+
+
+@register(aten.ones_like.default)
+def _ones_like(lo: Lowerer, a, *, device=None, **_):
+    return _full_like(lo, a, 1, device=device)
+
+
+@register(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def _arange(lo: Lowerer, *args, device=None, **_):
+    _on_cpu(device)
+    out = _out(lo)
+    if out.dtype.is_floating_point or len(args) > 3:
+        raise Unsupported  # float aranges round per element in torch's own way
+    start, step = (
+        (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
+    )
+    if not all(isinstance(v, int) for v in (start, step)):
+        raise Unsupported
+    return lo.pointwise(
+        out.shape,
+        out.dtype,
+        lambda i: cast(IndexValue(i[0] * step + start), out.dtype),
+    )

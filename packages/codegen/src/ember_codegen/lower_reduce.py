@@ -1,0 +1,281 @@
+"""Lowering rules for reductions (sum, mean, amax, var, ...), the composites built
+from them (softmax, log_softmax, layer_norm), and the extern library kernels
+(matmul and convolution through torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .indexing import ZERO
+from .ir import Expr, ReduceKind
+from .lower_pointwise import call
+from .lowering import TV, Lowerer, Unsupported, cast, constant, extern, register
+
+aten = torch.ops.aten
+
+# A float32 sum over more elements than this accumulates in float64: our loop
+# adds in order, where torch's cascade sum keeps the error small for long rows.
+LONG_SUM = 4096
+
+
+def _dims(a: TV, dims) -> list[int]:
+    nd = len(a.sizes)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(nd))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % max(nd, 1) for d in dims}) if nd else []
+
+
+def reduce(
+    lo: Lowerer,
+    a: TV,
+    dims: Sequence[int],
+    kind: ReduceKind,
+    dtype: torch.dtype,
+    fn: Callable[[Expr, tuple], Expr] | None = None,
+) -> TV:
+    """``a`` reduced over ``dims`` (no keepdim); ``fn(value, out_index)`` maps each
+    loaded element first."""
+    kept = [d for d in range(len(a.sizes)) if d not in dims]
+    reduce_sizes = [a.sizes[d] for d in dims]
+    numel = 1
+    for s in reduce_sizes:
+        numel *= s
+    acc = (
+        torch.float64
+        if kind == ReduceKind.SUM and dtype == torch.float32 and numel > LONG_SUM
+        else None
+    )
+
+    def body(index, rindex):
+        src = [ZERO] * len(a.sizes)
+        for d, i in zip(kept, index):
+            src[d] = i
+        for d, r in zip(dims, rindex):
+            src[d] = r
+        value = cast(lo.load(a, src), dtype)
+        return fn(value, index) if fn else value
+
+    return lo.reduction(
+        [a.sizes[d] for d in kept], reduce_sizes, kind, dtype, body, acc
+    )
+
+
+def keep_dims(lo: Lowerer, red: TV, ndim: int, dims: Sequence[int]) -> TV:
+    """``red`` viewed with size-1 dims put back at ``dims``."""
+    it = iter(red.sizes)
+    sizes = [1 if d in dims else next(it) for d in range(ndim)]
+    kept = [d for d in range(ndim) if d not in dims]
+    return lo.pointwise(sizes, red.dtype, lambda i: lo.load(red, [i[d] for d in kept]))
+
+
+def _finish(lo: Lowerer, red: TV, a: TV, dims, keepdim: bool) -> TV:
+    return keep_dims(lo, red, len(a.sizes), dims) if keepdim else red
+
+
+def _map(lo: Lowerer, t: TV, fn: Callable[[Expr], Expr]) -> TV:
+    return lo.pointwise(t.sizes, t.dtype, lambda i: fn(lo.load(t, i)))
+
+
+def _out_dtype(lo: Lowerer) -> torch.dtype:
+    meta = lo.out_meta
+    return (meta[0] if isinstance(meta, (tuple, list)) else meta).dtype
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def _sum(lo: Lowerer, a: TV, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(a, dim)
+    return _finish(
+        lo, reduce(lo, a, dims, ReduceKind.SUM, _out_dtype(lo)), a, dims, keepdim
+    )
+
+
+@register(aten.prod.dim_int, aten.prod.default)
+def _prod(lo: Lowerer, a: TV, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(a, dim)
+    return _finish(
+        lo, reduce(lo, a, dims, ReduceKind.PROD, _out_dtype(lo)), a, dims, keepdim
+    )
+
+
+def _extreme(kind: ReduceKind):
+    def rule(lo: Lowerer, a: TV, dim=None, keepdim=False):
+        dims = _dims(a, dim)
+        if any(a.sizes[d] == 0 for d in dims):
+            raise Unsupported  # torch raises on an empty max; let it say so
+        return _finish(lo, reduce(lo, a, dims, kind, a.dtype), a, dims, keepdim)
+
+    return rule
+
+
+register(aten.amax.default, aten.max.default)(_extreme(ReduceKind.MAX))
+register(aten.amin.default, aten.min.default)(_extreme(ReduceKind.MIN))
+
+
+def _count(a: TV, dims) -> int:
+    n = 1
+    for d in dims:
+        n *= a.sizes[d]
+    return n
+
+
+def mean(lo: Lowerer, a: TV, dims, dtype: torch.dtype) -> TV:
+    total = reduce(lo, a, dims, ReduceKind.SUM, dtype)
+    n = _count(a, dims)
+    return _map(lo, total, lambda s: call("div", s, constant(n, dtype)))
+
+
+@register(aten.mean.dim, aten.mean.default)
+def _mean(lo: Lowerer, a: TV, dim=None, keepdim=False, *, dtype=None):
+    out = _out_dtype(lo)
+    if not out.is_floating_point:
+        raise Unsupported
+    dims = _dims(a, dim)
+    return _finish(lo, mean(lo, a, dims, out), a, dims, keepdim)
+
+
+def variance(lo: Lowerer, a: TV, dims, correction, dtype) -> tuple[TV, TV]:
+    """(var, mean) over ``dims``, both without keepdim; two passes in one loop nest."""
+    m = mean(lo, a, dims, dtype)
+
+    def centered_square(value, index):
+        d = call("sub", value, lo.load(m, index))
+        return call("mul", d, d)
+
+    squares = reduce(lo, a, dims, ReduceKind.SUM, dtype, centered_square)
+    n = _count(a, dims) - correction
+    var = _map(lo, squares, lambda s: call("div", s, constant(max(n, 0), dtype)))
+    return var, m
+
+
+def _correction(correction) -> float:
+    return 1 if correction is None else correction
+
+
+@register(aten.var.correction)
+def _var(lo: Lowerer, a: TV, dim=None, *, correction=None, keepdim=False):
+    if not a.dtype.is_floating_point:
+        raise Unsupported
+    dims = _dims(a, dim)
+    var, _ = variance(lo, a, dims, _correction(correction), a.dtype)
+    return _finish(lo, var, a, dims, keepdim)
+
+
+@register(aten.var_mean.correction)
+def _var_mean(lo: Lowerer, a: TV, dim=None, *, correction=None, keepdim=False):
+    if not a.dtype.is_floating_point:
+        raise Unsupported
+    dims = _dims(a, dim)
+    var, m = variance(lo, a, dims, _correction(correction), a.dtype)
+    return _finish(lo, var, a, dims, keepdim), _finish(lo, m, a, dims, keepdim)
+
+
+# --- composites ------------------------------------------------------------------
+
+
+def _softmax_parts(lo: Lowerer, a: TV, dim: int):
+    if not a.dtype.is_floating_point or _out_dtype(lo) != a.dtype:
+        raise Unsupported
+    dims = _dims(a, dim)
+    if any(a.sizes[d] == 0 for d in dims):
+        raise Unsupported
+    biggest = reduce(lo, a, dims, ReduceKind.MAX, a.dtype)
+    kept = [d for d in range(len(a.sizes)) if d not in dims]
+
+    def at_row(t: TV, index) -> Expr:
+        return lo.load(t, [index[d] for d in kept])
+
+    def shifted(value: Expr, row) -> Expr:
+        return call("sub", value, lo.load(biggest, row))
+
+    total = reduce(
+        lo,
+        a,
+        dims,
+        ReduceKind.SUM,
+        a.dtype,
+        lambda v, row: call("exp", shifted(v, row)),
+    )
+    return biggest, total, at_row
+
+
+@register(aten._softmax.default)
+def _softmax(lo: Lowerer, a: TV, dim: int, half_to_float: bool):
+    biggest, total, at_row = _softmax_parts(lo, a, dim)
+
+    def body(index):
+        x = lo.load(a, index)
+        e = call("exp", call("sub", x, at_row(biggest, index)))
+        return call("div", e, at_row(total, index))
+
+    return lo.pointwise(a.sizes, a.dtype, body, lo.out_meta.stride())
+
+
+@register(aten._log_softmax.default)
+def _log_softmax(lo: Lowerer, a: TV, dim: int, half_to_float: bool):
+    biggest, total, at_row = _softmax_parts(lo, a, dim)
+
+    def body(index):
+        shifted = call("sub", lo.load(a, index), at_row(biggest, index))
+        return call("sub", shifted, call("log", at_row(total, index)))
+
+    return lo.pointwise(a.sizes, a.dtype, body, lo.out_meta.stride())
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(lo: Lowerer, a: TV, normalized_shape, weight, bias, eps: float):
+    out_meta = lo.out_meta[0]
+    if not a.dtype.is_floating_point or out_meta.dtype != a.dtype:
+        raise Unsupported
+    dims = list(range(len(a.sizes) - len(normalized_shape), len(a.sizes)))
+    var, m = variance(lo, a, dims, 0, a.dtype)
+    rstd = _map(
+        lo, var, lambda v: call("rsqrt", call("add", v, constant(eps, a.dtype)))
+    )
+    kept = [d for d in range(len(a.sizes)) if d not in dims]
+    offset = len(kept)
+
+    def body(index):
+        row = [index[d] for d in kept]
+        y = call(
+            "mul", call("sub", lo.load(a, index), lo.load(m, row)), lo.load(rstd, row)
+        )
+        if weight is not None:
+            y = call("mul", y, cast(lo.load(weight, index[offset:]), a.dtype))
+        if bias is not None:
+            y = call("add", y, cast(lo.load(bias, index[offset:]), a.dtype))
+        return y
+
+    out = lo.pointwise(a.sizes, a.dtype, body, out_meta.stride())
+    return (
+        out,
+        keep_dims(lo, m, len(a.sizes), dims),
+        keep_dims(lo, rstd, len(a.sizes), dims),
+    )
+
+
+# --- extern library kernels ------------------------------------------------------
+
+EXTERN_OPS = (
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten.baddbmm.default,
+    aten.convolution.default,
+    aten.convolution_backward.default,
+)
+
+
+def _extern_rule(op):
+    def rule(lo: Lowerer, *args, **kwargs):
+        return extern(lo, op, args, kwargs)
+
+    return rule
+
+
+for _op in EXTERN_OPS:
+    register(_op)(_extern_rule(_op))

@@ -1,0 +1,380 @@
+"""Aten graph -> loop IR: the lowering registry and the walk that applies it.
+
+Each aten overload with a rule in ``LOWERINGS`` becomes IR nodes; any other op (or
+one whose rule raises ``Unsupported``, e.g. for a dtype the C++ backend lacks)
+becomes a fallback node that runs the op through torch, so lowering never fails.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from .errors import CodegenError
+from .indexing import Index, var
+from .ir import (
+    C_TYPES,
+    Call,
+    Const,
+    Expr,
+    Extern,
+    Input,
+    Load,
+    Node,
+    Pointwise,
+    ReduceKind,
+    Reduction,
+    Ref,
+    TensorSpec,
+)
+
+
+class Unsupported(Exception):
+    """Raised by a lowering rule: run this node through the fallback instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class TV:
+    """A lowered tensor value handed to rules: the IR node ``name`` and its meta."""
+
+    name: str
+    sizes: tuple[int, ...]
+    dtype: torch.dtype
+    meta: torch.Tensor
+
+
+Lowering = Callable[..., object]
+LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
+
+
+def register(*ops: torch._ops.OpOverload):
+    """Register a rule ``fn(lo, *args, **kwargs)`` for aten overloads; tensor
+    arguments arrive as ``TV`` and the rule returns a ``TV`` or a tuple of them."""
+
+    def decorate(fn: Lowering) -> Lowering:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+
+    return decorate
+
+
+def spec_of(t: torch.Tensor) -> TensorSpec:
+    return TensorSpec(tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def to_meta(value: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(
+            value.shape, value.stride(), dtype=value.dtype, device="meta"
+        )
+    return value
+
+
+@dataclass
+class Lowerer:
+    """Builds the IR for one graph; rules call its helpers to make nodes."""
+
+    nodes: dict[str, Node] = field(default_factory=dict)
+    specs: dict[str, TensorSpec] = field(default_factory=dict)
+    origin: tuple[str, ...] = ()  # the aten node being lowered
+    out_meta: object = None  # its meta value (a tensor or a tuple of them)
+    _count: int = 0
+
+    def _name(self) -> str:
+        self._count += 1
+        return f"buf{self._count - 1}"
+
+    def add(self, node: Node, spec: TensorSpec) -> TV:
+        self.nodes[node.name] = node
+        self.specs[node.name] = spec
+        meta = torch.empty_strided(
+            spec.sizes, spec.strides, dtype=spec.dtype, device="meta"
+        )
+        return TV(node.name, spec.sizes, spec.dtype, meta)
+
+    def load(self, tv: TV, index: Sequence[Index]) -> Expr:
+        return Load(tv.name, tuple(index), tv.dtype)
+
+    def pointwise(
+        self,
+        sizes: Sequence[int],
+        dtype: torch.dtype,
+        fn: Callable[[tuple[Index, ...]], Expr],
+        strides: Sequence[int] | None = None,
+        view: bool = False,
+    ) -> TV:
+        """A node ``out[i] = fn(i)``; ``strides`` are the output's if realized."""
+        sizes = tuple(sizes)
+        index = tuple(var(f"i{d}", s) for d, s in enumerate(sizes))
+        expr = fn(index)
+        if expr.dtype != dtype:
+            expr = cast(expr, dtype)
+        node = Pointwise(self._name(), sizes, dtype, expr, self.origin, view)
+        return self.add(
+            node, TensorSpec(sizes, tuple(strides or contiguous(sizes)), dtype)
+        )
+
+    def reduction(
+        self,
+        sizes: Sequence[int],
+        reduce_sizes: Sequence[int],
+        kind: ReduceKind,
+        dtype: torch.dtype,
+        fn: Callable[[tuple[Index, ...], tuple[Index, ...]], Expr],
+        acc_dtype: torch.dtype | None = None,
+    ) -> TV:
+        """A node ``out[i] = reduce(kind) over r of fn(i, r)``, accumulated in
+        ``acc_dtype`` (default ``dtype``)."""
+        sizes, reduce_sizes = tuple(sizes), tuple(reduce_sizes)
+        index = tuple(var(f"i{d}", s) for d, s in enumerate(sizes))
+        rindex = tuple(var(f"r{d}", s) for d, s in enumerate(reduce_sizes))
+        expr = fn(index, rindex)
+        acc = acc_dtype or dtype
+        if expr.dtype != acc:
+            expr = cast(expr, acc)
+        node = Reduction(
+            self._name(), sizes, reduce_sizes, kind, dtype, acc, expr, self.origin
+        )
+        return self.add(node, TensorSpec(sizes, contiguous(sizes), dtype))
+
+
+def contiguous(sizes: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for s in reversed(sizes):
+        strides.append(step)
+        step *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def cast(e: Expr, dtype: torch.dtype) -> Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return constant(e.value, dtype)
+    return Call("cast", (e,), dtype)
+
+
+def constant(value: bool | int | float, dtype: torch.dtype) -> Const:
+    if dtype.is_floating_point:
+        return Const(float(value), dtype)
+    if dtype == torch.bool:
+        return Const(bool(value), dtype)
+    return Const(int(value), dtype)
+
+
+@dataclass(frozen=True)
+class LoweredGraph:
+    """The IR of one graph: nodes in order and the names the graph returns."""
+
+    nodes: list[Node]
+    specs: dict[str, TensorSpec]
+    inputs: list[str]  # placeholder node names, in call order
+    constants: dict[str, str]  # get_attr target -> IR name
+    outputs: list[str | None]  # IR name per output (None: a non-tensor output)
+    output_constants: dict[int, object]  # non-tensor outputs by position
+    fallback_ops: tuple[str, ...]
+
+
+def lower_graph(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[object]
+) -> LoweredGraph:
+    """The loop IR of ``gm`` for inputs shaped like ``example_inputs``."""
+    lo = Lowerer()
+    env: dict[torch.fx.Node, object] = {}
+    metas: dict[torch.fx.Node, object] = {}
+    inputs: list[str] = []
+    constants: dict[str, str] = {}
+    fallback_ops: set[str] = set()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise CodegenError(
+            f"graph has {len(placeholders)} inputs but {len(example_inputs)} "
+            "example inputs were given"
+        )
+    examples = dict(zip(placeholders, example_inputs))
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            value = (
+                examples[node] if node.op == "placeholder" else getattr(gm, node.target)
+            )
+            spec = spec_of(value)
+            name = _c_name(node.name)
+            lo.nodes[name] = Input(name, spec, (node.op,))
+            lo.specs[name] = spec
+            env[node] = TV(name, spec.sizes, spec.dtype, to_meta(value))
+            metas[node] = env[node].meta
+            if node.op == "placeholder":
+                inputs.append(name)
+            else:
+                constants[node.target] = name
+            continue
+        if node.op == "output":
+            break
+        if node.target is operator.getitem:
+            env[node] = env[node.args[0]][node.args[1]]
+            metas[node] = metas[node.args[0]][node.args[1]]
+            continue
+        if node.op != "call_function" or not isinstance(
+            node.target, torch._ops.OpOverload
+        ):
+            raise CodegenError(
+                f"node {node.name} ({node.op} {node.target!r}) is not an aten op call"
+            )
+        metas[node] = _meta_of(node, metas)
+        env[node] = _lower_node(lo, node, env, metas[node], fallback_ops)
+
+    outputs: list[str | None] = []
+    output_constants: dict[int, object] = {}
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    for i, value in enumerate(pytree.tree_leaves(out_node.args[0])):
+        if isinstance(value, torch.fx.Node) and isinstance(env.get(value), TV):
+            outputs.append(env[value].name)
+        else:
+            outputs.append(None)
+            output_constants[i] = value
+    return LoweredGraph(
+        list(lo.nodes.values()),
+        lo.specs,
+        inputs,
+        constants,
+        outputs,
+        output_constants,
+        tuple(sorted(fallback_ops)),
+    )
+
+
+_C_KEYWORDS = frozenset(
+    [
+        "auto",
+        "bool",
+        "break",
+        "case",
+        "char",
+        "class",
+        "const",
+        "continue",
+        "default",
+        "delete",
+        "do",
+        "double",
+        "else",
+        "enum",
+        "extern",
+        "float",
+        "for",
+        "goto",
+        "if",
+        "int",
+        "long",
+        "new",
+        "register",
+        "return",
+        "short",
+        "signed",
+        "sizeof",
+        "static",
+        "struct",
+        "switch",
+        "this",
+        "typedef",
+        "union",
+        "unsigned",
+        "void",
+        "volatile",
+        "while",
+    ]
+)
+
+
+def _c_name(name: str) -> str:
+    return f"{name}_" if name in _C_KEYWORDS or name.startswith("buf") else name
+
+
+def _meta_of(node: torch.fx.Node, metas: dict) -> object:
+    if "val" in node.meta:
+        return node.meta["val"]
+    args, kwargs = pytree.tree_map(
+        lambda a: metas[a] if isinstance(a, torch.fx.Node) else a,
+        (node.args, node.kwargs),
+    )
+    try:
+        return node.target(*args, **kwargs)
+    except Exception as e:
+        raise CodegenError(
+            f"cannot infer the output of {node.name} ({node.target}) on meta tensors: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+
+
+def _lower_node(lo: Lowerer, node, env, meta, fallback_ops: set[str]) -> object:
+    loc = node.meta.get("user_loc")
+    lo.origin = (f"{node.target} @ {loc}" if loc else str(node.target),)
+    lo.out_meta = meta
+    rule = LOWERINGS.get(node.target)
+    args, kwargs = pytree.tree_map(
+        lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
+        (node.args, node.kwargs),
+    )
+    if rule is not None and _all_supported(meta, args, kwargs):
+        checkpoint = dict(lo.nodes), dict(lo.specs)
+        try:
+            return rule(lo, *args, **kwargs)
+        except Unsupported:
+            lo.nodes, lo.specs = checkpoint
+    fallback_ops.add(str(node.target))
+    return extern(lo, node.target, args, kwargs, fallback=True)
+
+
+def extern(lo: Lowerer, op, args, kwargs, fallback: bool = False) -> object:
+    """An Extern node calling ``op`` through torch; returns a TV or a tuple of them
+    (``None`` for non-tensor results)."""
+    meta = lo.out_meta
+    metas = list(meta) if isinstance(meta, (tuple, list)) else [meta]
+    names = [lo._name() if isinstance(m, torch.Tensor) else None for m in metas]
+    specs = tuple(spec_of(m) if isinstance(m, torch.Tensor) else None for m in metas)
+    call_args, call_kwargs = pytree.tree_map(
+        lambda a: Ref(a.name) if isinstance(a, TV) else a,
+        (tuple(args), kwargs),
+        is_leaf=lambda a: isinstance(a, TV),
+    )
+    node = Extern(
+        op,
+        call_args,
+        tuple(call_kwargs.items()),
+        tuple(names),
+        specs,
+        lo.origin,
+        fallback,
+    )
+    if not any(names):
+        raise CodegenError(f"{op} returns no tensor; codegen cannot place it")
+    values = []
+    for name, spec, m in zip(names, specs, metas):
+        if name is not None:
+            lo.nodes[name] = node
+            lo.specs[name] = spec
+            values.append(TV(name, spec.sizes, spec.dtype, m))
+        else:
+            values.append(None)
+    # Extern is keyed under each output name; the scheduler dedups by identity.
+    return tuple(values) if isinstance(meta, (tuple, list)) else values[0]
+
+
+def _all_supported(meta, args, kwargs) -> bool:
+    """The C++ backend handles the op only when every tensor is a CPU tensor of a
+    dtype it computes in."""
+    leaves = pytree.tree_leaves(
+        (meta, args, kwargs), is_leaf=lambda a: isinstance(a, TV)
+    )
+    for leaf in leaves:
+        if isinstance(leaf, TV) and leaf.dtype not in C_TYPES:
+            return False
+        if isinstance(leaf, torch.Tensor) and leaf.dtype not in C_TYPES:
+            return False
+    return True

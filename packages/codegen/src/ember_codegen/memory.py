@@ -1,0 +1,110 @@
+"""Memory planning: when each buffer is allocated and freed, and which dead
+buffer's memory a new one takes. Fused intermediates never reach this stage
+(the scheduler gave them no buffer); graph outputs always get fresh memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .ir import Extern, TensorSpec, refs
+from .scheduler import Kernel, Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Buffer ``name`` is made before its step, fresh or in ``reuses``'s memory."""
+
+    name: str
+    reuses: str | None
+
+
+@dataclass
+class MemoryPlan:
+    allocations: dict[str, Allocation] = field(default_factory=dict)
+    frees: dict[int, list[str]] = field(default_factory=dict)  # step -> names to del
+    reused: int = 0  # how many allocations took a dead buffer's memory
+
+
+def nbytes(spec: TensorSpec) -> int:
+    """Bytes a tensor with this layout spans from its first element."""
+    if any(s == 0 for s in spec.sizes):
+        return 0
+    extent = 1 + sum((n - 1) * st for n, st in zip(spec.sizes, spec.strides))
+    return extent * spec.dtype.itemsize
+
+
+def _step_uses(step) -> list[str]:
+    if isinstance(step, Kernel):
+        return list(step.reads)
+    if isinstance(step, Extern):
+        return refs(step.args) + refs(step.kwargs)
+    return [step.base]
+
+
+def plan_memory(
+    schedule: Schedule, specs: dict[str, TensorSpec], outputs: set[str]
+) -> MemoryPlan:
+    """Reuse the memory of dead buffers for later kernel buffers of fitting size;
+    free every other intermediate right after its last use."""
+    base = {name: view.base for name, view in schedule.views.items()}
+    forever = math.inf
+    last_use: dict[str, float] = {}
+    for s, step in enumerate(schedule.steps):
+        for name in _step_uses(step):
+            last_use[base.get(name, name)] = s
+    for name in outputs:
+        last_use[base.get(name, name)] = forever
+
+    plan = MemoryPlan()
+    free: list[tuple[int, str]] = []  # (bytes, holder) of dead reusable memory
+    donors: set[str] = set()
+    for s, step in enumerate(schedule.steps):
+        if isinstance(step, Kernel):
+            for stage in step.stages:
+                if stage.name not in step.stored:
+                    continue
+                need = nbytes(specs[stage.name])
+                fits = (
+                    [f for f in free if f[0] >= need > 0]
+                    if stage.name not in outputs
+                    else []
+                )
+                if fits:
+                    chosen = min(fits)
+                    free.remove(chosen)
+                    donors.add(chosen[1])
+                    plan.reused += 1
+                    plan.allocations[stage.name] = Allocation(stage.name, chosen[1])
+                else:
+                    plan.allocations[stage.name] = Allocation(stage.name, None)
+        defined = _defined(step)
+        for name in defined:
+            last_use.setdefault(name, s)  # never read: dies where it is made
+        for name, when in last_use.items():
+            if when != s or name not in schedule.buffers or name in outputs:
+                continue
+            if name in plan.allocations or _fresh_extern_output(schedule, name):
+                free.append((nbytes(specs[name]), name))
+    for name, when in last_use.items():
+        if when is forever or name not in schedule.buffers or name in donors:
+            continue
+        if name in plan.allocations or isinstance(schedule.buffers[name], Extern):
+            plan.frees.setdefault(int(when), []).append(name)
+    return plan
+
+
+def _defined(step) -> list[str]:
+    if isinstance(step, Kernel):
+        return sorted(step.stored)
+    if isinstance(step, Extern):
+        return [o for o in step.outputs if o]
+    return []  # an AliasView makes no memory
+
+
+def _fresh_extern_output(schedule: Schedule, name: str) -> bool:
+    """Library kernels return new memory; a fallback op may return a view of an
+    input, whose memory must never be written."""
+    node = schedule.buffers.get(name)
+    return isinstance(node, Extern) and not node.fallback

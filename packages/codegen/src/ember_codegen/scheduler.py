@@ -1,0 +1,323 @@
+"""The scheduler: decides which IR nodes get memory and groups the rest into
+fused loop kernels, following the rules written down in docs/codegen.md
+("Fusion rules"). Its output is an ordered list of steps for the wrapper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .indexing import ZERO, Index, Var, substitute, var
+from .ir import (
+    Call,
+    Expr,
+    Extern,
+    IndexValue,
+    Input,
+    Load,
+    Node,
+    Pointwise,
+    Reduction,
+    loads,
+    refs,
+)
+from .lowering import LoweredGraph
+
+# A pointwise value read by several consumers is recomputed in each (no buffer)
+# while its expression has at most this many ops; past that it is stored once.
+RECOMPUTE_LIMIT = 12
+
+
+@dataclass(frozen=True, slots=True)
+class AliasView:
+    """A strided view of a realized tensor's storage, made by the wrapper with
+    ``as_strided`` (an extern's argument or a graph output that is a view)."""
+
+    name: str
+    base: str
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One generated loop nest: parallel outer loops over ``outer`` and, inside,
+    one inner loop (or loop nest) per stage, in order."""
+
+    name: str
+    outer: tuple[int, ...]
+    stages: tuple[Pointwise | Reduction, ...]
+    stored: frozenset[str]  # stage names written to memory
+    reads: tuple[str, ...]  # buffers read from outside the kernel
+
+    @property
+    def origin(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for stage in self.stages:
+            for op in stage.origin:
+                seen[op] = None
+        return tuple(seen)
+
+
+Step = Kernel | Extern | AliasView
+
+
+@dataclass
+class Schedule:
+    steps: list[Step]
+    buffers: dict[str, Node]  # realized nodes by name (inputs, externs, stored stages)
+    views: dict[str, AliasView] = field(default_factory=dict)
+
+
+def _substitute_expr(e: Expr, mapping: dict[str, Index]) -> Expr:
+    if isinstance(e, Load):
+        return Load(e.name, tuple(substitute(i, mapping) for i in e.index), e.dtype)
+    if isinstance(e, IndexValue):
+        return IndexValue(substitute(e.index, mapping), e.dtype)
+    if isinstance(e, Call):
+        return Call(e.op, tuple(_substitute_expr(a, mapping) for a in e.args), e.dtype)
+    return e
+
+
+def inline(e: Expr, inlined: dict[str, Pointwise]) -> Expr:
+    """``e`` with every load of an inlined pointwise node replaced by its expression."""
+    if isinstance(e, Load) and e.name in inlined:
+        node = inlined[e.name]
+        mapping = {f"i{d}": idx for d, idx in enumerate(e.index)}
+        return _substitute_expr(node.expr, mapping)
+    if isinstance(e, Call):
+        return Call(e.op, tuple(inline(a, inlined) for a in e.args), e.dtype)
+    return e
+
+
+def _size(e: Expr) -> int:
+    return 1 + sum(_size(a) for a in e.args) if isinstance(e, Call) else 0
+
+
+def pure_view(node: Pointwise, lowered: LoweredGraph) -> AliasView | None:
+    """The strided view ``node`` is, when it only re-indexes one realized tensor
+    with an affine index (no div/mod)."""
+    e = node.expr
+    if not isinstance(e, Load):
+        return None
+    flat = ZERO  # div/mod of a reshape fold away once multiplied by the strides
+    for idx, stride in zip(e.index, lowered.specs[e.name].strides):
+        flat = flat + idx * stride
+    strides = [0] * len(node.sizes)
+    for term, coef in flat.terms:
+        if not isinstance(term, Var) or not term.name.startswith("i"):
+            return None
+        strides[int(term.name[1:])] += coef
+    offset = flat.const
+    # A size-1 dim's stride is free; keep the one torch gives the view.
+    meta_strides = lowered.specs[node.name].strides
+    strides = [m if n == 1 else s for s, m, n in zip(strides, meta_strides, node.sizes)]
+    return AliasView(node.name, e.name, node.sizes, tuple(strides), offset)
+
+
+def schedule(lowered: LoweredGraph) -> Schedule:
+    """Fuse the lowered graph into kernels; see docs/codegen.md for the rules."""
+    nodes = _live(lowered)
+    by_name = {n.name: n for n in nodes if not isinstance(n, Extern)}
+    outputs = {n for n in lowered.outputs if n}
+    users = _users(nodes)
+    needs_tensor = outputs | {
+        n for e in nodes if isinstance(e, Extern) for n in _refs(e)
+    }
+    # A view that must be a tensor is cheapest as a strided view of its base: so
+    # the base (through chains of views) gets memory in its own layout.
+    for node in reversed(nodes):
+        if (
+            node.name in needs_tensor
+            and isinstance(node, Pointwise)
+            and isinstance(node.expr, Load)
+            and isinstance(by_name.get(node.expr.name), Pointwise)
+        ):
+            needs_tensor.add(node.expr.name)
+
+    inlined: dict[str, Pointwise] = {}
+    views: dict[str, AliasView] = {}
+    compute: list[Node] = []  # realized stages and externs, in order
+    realized: set[str] = set(lowered.inputs) | set(lowered.constants.values())
+    for node in nodes:
+        if isinstance(node, Input):
+            continue
+        if isinstance(node, Extern):
+            compute.append(node)
+            realized.update(o for o in node.outputs if o)
+            continue
+        node = replace(
+            node, expr=inline(node.expr, inlined), origin=_origin(node, inlined)
+        )
+        if isinstance(node, Reduction):
+            compute.append(node)
+            realized.add(node.name)
+            continue
+        as_tensor = node.name in needs_tensor
+        # An output may alias memory only where eager's would (a view op); a
+        # clone or cast that folded to a plain load must still be a copy.
+        may_alias = node.view or node.name not in outputs
+        view = pure_view(node, lowered) if as_tensor and may_alias else None
+        if view is not None and view.base in realized:
+            views[node.name] = view
+            inlined[node.name] = node
+        elif as_tensor or (
+            len(users.get(node.name, ())) > 1 and _size(node.expr) > RECOMPUTE_LIMIT
+        ):
+            compute.append(node)
+            realized.add(node.name)
+        else:
+            inlined[node.name] = node
+    return _group(compute, views, outputs, lowered)
+
+
+def _origin(
+    node: Pointwise | Reduction, inlined: dict[str, Pointwise]
+) -> tuple[str, ...]:
+    """The aten nodes computed by ``node`` once what it reads is inlined."""
+    seen: dict[str, None] = {}
+    for ld in loads(node.expr):
+        if ld.name in inlined:
+            seen.update(dict.fromkeys(inlined[ld.name].origin))
+    seen.update(dict.fromkeys(node.origin))
+    return tuple(seen)
+
+
+def _refs(node: Extern) -> list[str]:
+    return refs(node.args) + refs(node.kwargs)
+
+
+def _reads(node: Node) -> set[str]:
+    if isinstance(node, (Pointwise, Reduction)):
+        return {ld.name for ld in loads(node.expr)}
+    if isinstance(node, Extern):
+        return set(_refs(node))
+    return set()
+
+
+def _live(lowered: LoweredGraph) -> list[Node]:
+    """The nodes some output depends on, in order (externs once each)."""
+    nodes = list(dict.fromkeys(lowered.nodes))
+    live = {n for n in lowered.outputs if n}
+    kept = []
+    for node in reversed(nodes):
+        names = (
+            [o for o in node.outputs if o] if isinstance(node, Extern) else [node.name]
+        )
+        if isinstance(node, Input) or live.intersection(names):
+            live |= _reads(node)
+            kept.append(node)
+    return kept[::-1]
+
+
+def _users(nodes: list[Node]) -> dict[str, set[str]]:
+    users: dict[str, set[str]] = {}
+    for node in nodes:
+        for name in _reads(node):
+            users.setdefault(name, set()).add(node.name)
+    return users
+
+
+def _outer_vars(outer: tuple[int, ...]) -> tuple[Index, ...]:
+    return tuple(var(f"i{d}", s) for d, s in enumerate(outer))
+
+
+def _fits(node: Pointwise | Reduction, outer: tuple[int, ...], members: dict) -> bool:
+    """Whether ``node`` can join a kernel with these outer sizes and stages: every
+    read of a stage already in the kernel must be at the same outer index."""
+    if tuple(node.sizes[: len(outer)]) != outer:
+        return False
+    if isinstance(node, Reduction) and tuple(node.sizes) != outer:
+        return False
+    row = _outer_vars(outer)
+    for ld in loads(node.expr):
+        if ld.name not in members:
+            continue
+        member = members[ld.name]
+        want = len(outer) if isinstance(member, Reduction) else len(member.sizes)
+        if len(ld.index) != want or tuple(ld.index[: len(outer)]) != row:
+            return False
+    return True
+
+
+def _group(compute, views, outputs, lowered: LoweredGraph) -> Schedule:
+    steps: list[Step] = []
+    buffers: dict[str, Node] = {
+        n.name: n for n in lowered.nodes if isinstance(n, Input)
+    }
+    open_stages: list[Pointwise | Reduction] = []
+    outer: tuple[int, ...] = ()
+    emitted_views: set[str] = set()
+
+    def close() -> None:
+        if open_stages:
+            steps.append(
+                _kernel(
+                    len([s for s in steps if isinstance(s, Kernel)]), outer, open_stages
+                )
+            )
+            open_stages.clear()
+
+    def need(names) -> None:
+        for name in names:
+            if name in views and name not in emitted_views:
+                steps.append(views[name])
+                emitted_views.add(name)
+
+    for node in compute:
+        if isinstance(node, Extern):
+            close()
+            need(_refs(node))
+            steps.append(node)
+            for o in node.outputs:
+                if o:
+                    buffers[o] = node
+            continue
+        members = {s.name: s for s in open_stages}
+        if not open_stages or not _fits(node, outer, members):
+            close()
+            outer = (
+                tuple(node.sizes)
+                if isinstance(node, Reduction)
+                else tuple(node.sizes[:-1])
+            )
+        open_stages.append(node)
+    close()
+    need([o for o in lowered.outputs if o])
+
+    # A stage needs memory when something outside its kernel reads it.
+    read_outside: set[str] = set(outputs)
+    for step in steps:
+        if isinstance(step, Extern):
+            read_outside |= set(_refs(step))
+        elif isinstance(step, AliasView):
+            read_outside.add(step.base)
+        else:
+            inside = {s.name for s in step.stages}
+            for stage in step.stages:
+                read_outside |= {ld.name for ld in loads(stage.expr)} - inside
+    final: list[Step] = []
+    for step in steps:
+        if isinstance(step, Kernel):
+            stored = frozenset(
+                s.name
+                for s in step.stages
+                if isinstance(s, Pointwise) or s.name in read_outside
+            )
+            step = replace(step, stored=stored)
+            for s in step.stages:
+                if s.name in stored:
+                    buffers[s.name] = s
+        final.append(step)
+    return Schedule(final, buffers, views)
+
+
+def _kernel(index: int, outer: tuple[int, ...], stages: list) -> Kernel:
+    inside = {s.name for s in stages}
+    reads: dict[str, None] = {}
+    for stage in stages:
+        for ld in loads(stage.expr):
+            if ld.name not in inside:
+                reads[ld.name] = None
+    return Kernel(f"kernel{index}", outer, tuple(stages), frozenset(), tuple(reads))

@@ -1,0 +1,45 @@
+"""Shared helpers: aten graphs from plain functions, and a C++ compile that uses a
+per-session temporary kernel cache."""
+
+import pytest
+import torch
+import torch.fx
+
+from ember_codegen import compile_graph
+
+
+def aten_graph(fn, user_loc=None):
+    gm = torch.fx.symbolic_trace(fn)
+    if user_loc:
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                node.meta["user_loc"] = user_loc
+    return gm
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("kernels")
+
+
+@pytest.fixture
+def cpp(kernel_cache):
+    """``cpp(fn, *inputs)`` compiles ``fn``'s aten graph for the C++ target."""
+
+    def build(fn, *inputs):
+        return compile_graph(
+            aten_graph(fn), list(inputs), target="cpp", cache_dir=kernel_cache
+        )
+
+    return build
+
+
+def check(compiled, fn, *inputs, **tolerance):
+    """The compiled graph returns what eager returns, with torch's strides."""
+    got, want = compiled(*inputs), fn(*inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, equal_nan=True, **tolerance)
+        if w.numel() > 1:
+            assert g.stride() == w.stride()

@@ -1,0 +1,248 @@
+"""The C++ target's fusion, memory planning, fallbacks, errors and kernel cache:
+structure is asserted on ``compiled.kernels`` and the generated source."""
+
+import multiprocessing
+import re
+
+import pytest
+import torch
+from conftest import aten_graph, check
+
+from ember_codegen import CodegenError, CompiledGraph, compile_graph
+from ember_codegen.build import load_library
+
+aten = torch.ops.aten
+
+
+def test_matmul_bias_relu_is_one_extern_and_one_loop(cpp):
+    def fn(x, w, b):
+        return (aten.relu.default(aten.addmm.default(b, x, aten.t.default(w))),)
+
+    x, w, b = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32)
+    compiled = cpp(fn, x, w, b)
+    check(compiled, fn, x, w, b)
+    assert [k.kind for k in compiled.kernels] == ["extern", "loop"]
+    assert compiled.fallback_ops == ()
+    # The transpose is a strided view handed to the library, not a copy.
+    assert "w.as_strided((16, 32), (1, 16)" in compiled.wrapper_source
+
+
+def test_mm_add_relu_epilogue_fuses_into_one_loop(cpp):
+    def fn(x, w, b):
+        return (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),)
+
+    x, w, b = torch.randn(8, 16), torch.randn(16, 32), torch.randn(32)
+    compiled = cpp(fn, x, w, b)
+    check(compiled, fn, x, w, b)
+    assert [k.kind for k in compiled.kernels] == ["extern", "loop"]
+    assert compiled.loops()[0].ops == ("aten.add.Tensor", "aten.relu.default")
+
+
+def chain10(x, y):
+    z = aten.mul.Tensor(x, 1.5)
+    z = aten.add.Tensor(z, y)
+    z = aten.relu.default(z)
+    z = aten.sub.Tensor(z, x)
+    z = aten.exp.default(z)
+    z = aten.mul.Tensor(z, z)
+    z = aten.minimum.default(z, y)
+    z = aten.clamp.default(z, -2.0, 2.0)
+    z = aten.div.Tensor(z, 3.0)
+    return (aten.neg.default(z),)
+
+
+def test_ten_op_pointwise_chain_is_one_loop_with_no_intermediates(cpp):
+    x, y = torch.randn(64, 33), torch.randn(33)
+    compiled = cpp(chain10, x, y)
+    check(compiled, chain10, x, y)
+    assert len(compiled.kernels) == 1
+    assert len(compiled.loops()[0].ops) == 9  # ten nodes; aten.mul.Tensor twice
+    assert compiled.wrapper_source.count("empty_strided(") == 1  # the output only
+    assert compiled.cpp_source.count("for (int64_t i") == 2  # one loop nest
+
+
+def _passes_over_input(cpp_source: str, name: str) -> int:
+    """Loop nests of the kernel that read ``name``: a nest is one pass."""
+    outer = re.findall(r"^  for \(int64_t i0.*?^  }$", cpp_source, re.S | re.M)
+    return sum(1 for nest in outer if f"{name}[" in nest) or cpp_source.count(
+        f"{name}["
+    )
+
+
+def test_softmax_is_one_kernel_reading_each_row_once_from_memory(cpp):
+    fn = lambda x: (aten._softmax.default(x, -1, False),)  # noqa: E731
+    x = torch.randn(64, 100)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    # max, sum(exp) and the normalized output share one parallel loop over rows:
+    # each row is read from memory once and stays in cache for the three passes.
+    assert len(compiled.kernels) == 1
+    assert _passes_over_input(compiled.cpp_source, "x") == 1
+    assert compiled.wrapper_source.count("empty_strided(") == 1
+
+
+def test_decomposed_softmax_also_fuses_into_one_kernel(cpp):
+    def fn(x):
+        m = aten.amax.default(x, [-1], True)
+        e = aten.exp.default(aten.sub.Tensor(x, m))
+        return (aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True)),)
+
+    x = torch.randn(16, 50)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    assert len(compiled.kernels) == 1 and len(compiled.loops()) == 1
+
+
+def test_mean_and_variance_share_one_pass_and_feed_the_epilogue(cpp):
+    def fn(x):
+        mean = aten.mean.dim(x, [1], True)
+        var = aten.var.correction(x, [1], correction=0, keepdim=True)
+        return (aten.div.Tensor(aten.sub.Tensor(x, mean), aten.sqrt.default(var)),)
+
+    x = torch.randn(8, 64)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x, rtol=1e-5, atol=1e-5)
+    assert len(compiled.kernels) == 1
+    # Two reductions with the same input and range are accumulated in one loop.
+    merged = re.search(
+        r"// (buf\d+) = sum of aten.mean.dim\n\s*// (buf\d+) = sum", compiled.cpp_source
+    )
+    assert merged, compiled.cpp_source
+
+
+def test_dead_buffer_memory_is_reused(cpp):
+    def fn(x, w):
+        a = aten.mm.default(x, w)  # a library output that dies in the next loop
+        b = aten.mul.Tensor(aten.amax.default(a, [1], True), a)
+        c = aten.mm.default(b, w)
+        d = aten.relu.default(c)  # a loop buffer that can take a's memory
+        return (aten.mm.default(d, w),)
+
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    compiled = cpp(fn, x, w)
+    check(compiled, fn, x, w, rtol=1e-4, atol=1e-4)
+    assert "reuses the memory of" in compiled.wrapper_source
+
+
+def test_op_without_lowering_runs_through_the_fallback_node(cpp):
+    def fn(x):
+        values = aten.cumsum.default(aten.mul.Tensor(x, 2), 1)
+        top = aten.max.dim(values, 1)
+        return (aten.add.Tensor(values, 1), top[0], top[1])
+
+    x = torch.randn(4, 6)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    assert compiled.fallback_ops == ("aten.cumsum.default", "aten.max.dim")
+    assert [k.kind for k in compiled.kernels] == [
+        "loop",
+        "fallback",
+        "fallback",
+        "loop",
+    ]
+
+
+def test_unsupported_dtype_falls_back_per_node(cpp):
+    def fn(h, x):
+        return (aten.add.Tensor(h, h), aten.mul.Tensor(x, 2))
+
+    h, x = torch.randn(4, dtype=torch.float16), torch.randn(4)
+    compiled = cpp(fn, h, x)
+    check(compiled, fn, h, x)
+    assert compiled.fallback_ops == ("aten.add.Tensor",)
+    assert len(compiled.loops()) == 1
+
+
+def test_in_place_ops_keep_working_through_torch(cpp):
+    def fn(x):
+        y = aten.clone.default(x)
+        aten.add_.Tensor(y, 1)
+        return (aten.mul.Tensor(y, 2),)
+
+    x = torch.randn(3)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    assert compiled.target == "torch"
+
+
+def test_copies_are_never_aliases_but_views_are(cpp):
+    def fn(x):
+        return (
+            aten.clone.default(x),
+            aten._to_copy.default(x, dtype=torch.float32),
+            aten.t.default(x),
+        )
+
+    x = torch.randn(3, 4)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    copy, cast, view = compiled(x)
+    assert copy.data_ptr() != x.data_ptr() and cast.data_ptr() != x.data_ptr()
+    assert view.data_ptr() == x.data_ptr()  # eager's t() is a view too
+
+
+def test_inputs_unlike_the_examples_run_through_torch(cpp):
+    fn = lambda x: (aten.relu.default(aten.add.Tensor(x, 1)),)  # noqa: E731
+    compiled = cpp(fn, torch.randn(4, 5))
+    for other in (torch.randn(5, 4).t(), torch.randn(3, 3), torch.randn(4, 5).double()):
+        check(compiled, fn, other)
+
+
+def test_compiler_error_names_the_source_file(kernel_cache):
+    with pytest.raises(CodegenError, match=r"C\+\+ compilation of .*\.cpp failed"):
+        load_library('extern "C" void broken( { }\n', kernel_cache)
+
+
+def test_storable_form_reloads_from_the_disk_cache_or_recompiles(tmp_path):
+    def fn(x):
+        return (aten._softmax.default(aten.mul.Tensor(x, 3), -1, False),)
+
+    x = torch.randn(4, 8)
+    compiled = compile_graph(aten_graph(fn), [x], target="cpp", cache_dir=tmp_path)
+    so = compiled.library_path
+    assert so.exists() and so.parent == tmp_path
+    restored = CompiledGraph.from_bytes(compiled.to_bytes(), cache_dir=tmp_path)
+    assert restored.source == compiled.source and restored.kernels == compiled.kernels
+    check(restored, fn, x)
+    elsewhere = tmp_path / "empty"
+    rebuilt = CompiledGraph.from_bytes(compiled.to_bytes(), cache_dir=elsewhere)
+    assert rebuilt.library_path.parent == elsewhere and rebuilt.library_path.exists()
+    check(rebuilt, fn, x)
+
+
+def _compile_in_child(cache_dir: str, queue) -> None:
+    source = 'extern "C" int answer() { return 42; }\n'
+    lib, path = load_library(source, cache_dir)
+    queue.put((lib.answer(), str(path)))
+
+
+def test_two_processes_compiling_the_same_source_is_safe(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_compile_in_child, args=(str(tmp_path), queue))
+        for _ in range(2)
+    ]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert [r[0] for r in results] == [42, 42]
+    assert results[0][1] == results[1][1]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_generated_source_is_readable(kernel_cache):
+    def fn(x, b):
+        return (aten.relu.default(aten.add.Tensor(x, b)),)
+
+    gm = aten_graph(fn, user_loc="model.py:7")
+    x, b = torch.randn(4, 4), torch.randn(4)
+    compiled = compile_graph(gm, [x, b], target="cpp", cache_dir=kernel_cache)
+    names = "aten.add.Tensor, aten.relu.default (model.py:7)"
+    assert f"// kernel0: {names}" in compiled.cpp_source
+    assert f"# kernel0: {names}" in compiled.wrapper_source
+    assert compiled.loops()[0].ops == ("aten.add.Tensor", "aten.relu.default")
+    assert "buf1[4*i0 + i1] = " in compiled.cpp_source  # named buffers, plain offsets
+    assert "#pragma omp" not in compiled.cpp_source  # too small to be worth threads
