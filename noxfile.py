@@ -17,9 +17,12 @@ nox.options.sessions = [*STAGES, "ember", "integration", "lint"]
 
 
 def install(session: nox.Session, *packages: str, tools=TEST_TOOLS) -> None:
-    """torch and the tools first, then ember packages rebuilt from this checkout."""
+    """torch and the tools first, then the packages with their other dependencies,
+    then the ember packages once more, rebuilt from this checkout (a reused
+    virtualenv would otherwise keep an older build of the same version)."""
     session.install(TORCH, *tools)
     paths = [f"./packages/{p}" for p in packages]
+    session.install(*paths)
     session.install("--no-deps", "--force-reinstall", *paths)
 
 

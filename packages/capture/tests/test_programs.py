@@ -1208,6 +1208,33 @@ def autocast_and_inference_queries(x):
     return x * scale
 
 
+@program(t(3))
+def generator_interleaves_with_its_consumer(x):
+    state = [1.0]
+
+    def scaled():
+        for _ in range(3):
+            yield x * state[0]
+
+    out = []
+    for v in scaled():
+        out.append(v)
+        state[0] = 0.0
+    return out
+
+
+@program(t(3))
+def any_stops_at_the_first_true(x):
+    seen = []
+
+    def flags():
+        for i in range(5):
+            seen.append(i)
+            yield i >= 1
+
+    return x * any(flags()), seen
+
+
 @pytest.mark.parametrize("fn, make_args", PROGRAMS)
 def test_program_matches_eager(fn, make_args):
     cache = CaptureCache(fn)

@@ -2,6 +2,7 @@
 each change captures exactly once more, results always equal eager, and going back
 to an earlier input kind reuses its entry."""
 
+import pytest
 import torch
 from conftest import CaptureCache, assert_tree_equal
 
@@ -170,3 +171,72 @@ def test_aliased_arguments():
     cache = CaptureCache(f)
     x, y = torch.randn(3), torch.randn(3)
     check(cache, f, [((x, x), 1), ((y, y), 1), ((x, y), 2), ((y, x), 2)])
+
+
+def test_registering_a_parameter_recompiles_a_loop_over_parameters():
+    m = torch.nn.Linear(2, 2)
+
+    def f(x, module):
+        total = x
+        for p in module.parameters():
+            total = total + p.sum()
+        return total
+
+    cache = CaptureCache(f)
+    x = torch.randn(2)
+    with torch.no_grad():
+        check(cache, f, [((x, m), 1), ((x, m), 1)])
+        m.register_parameter("extra", torch.nn.Parameter(torch.ones(3)))
+        check(cache, f, [((x, m), 2)])
+
+
+def test_module_dict_keys_are_guarded():
+    d = torch.nn.ModuleDict({"a": torch.nn.Identity(), "b": torch.nn.Identity()})
+
+    def f(x, modules):
+        names = [k for k in modules]
+        return x * len(names[0]) + (1 if "b" in modules else 0)
+
+    cache = CaptureCache(f)
+    x = torch.randn(2)
+    check(cache, f, [((x, d), 1)])
+    del d["b"]
+    d["bb"] = torch.nn.Identity()
+    check(cache, f, [((x, d), 2)])
+
+
+class Options:
+    pass
+
+
+def test_missing_attribute_that_appears_recompiles():
+    opts = Options()
+
+    def f(x, o):
+        return x * 2 if hasattr(o, "scale") else getattr(o, "shift", 1) + x
+
+    cache = CaptureCache(f)
+    x = torch.randn(2)
+    check(cache, f, [((x, opts), 1), ((x, opts), 1)])
+    opts.shift = 5
+    check(cache, f, [((x, opts), 2)])
+    opts.scale = 3
+    check(cache, f, [((x, opts), 3)])
+
+
+def test_string_method_on_an_argument_does_not_recompile():
+    def f(x, mode):
+        return x * 2 if mode.lower() == "double" else x
+
+    cache = CaptureCache(f)
+    x = torch.randn(2)
+    check(cache, f, [((x, "Double"), 1), ((x, "Double"), 1), ((x, "half"), 2)])
+
+
+def test_user_code_raising_raises_like_eager():
+    def f(x, items):
+        return x * items[3]
+
+    cache = CaptureCache(f)
+    with pytest.raises(IndexError):
+        cache(torch.randn(2), [1, 2])

@@ -11,7 +11,7 @@ from .errors import AotGradError
 from .partition import Partition, default_partition, min_cut_partition
 from .trace import trace_to_aten
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "CORE_OPS",

@@ -18,7 +18,7 @@ from .source import (
     Source,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AttrSource",

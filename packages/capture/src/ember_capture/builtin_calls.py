@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import calls
-from .source import AttrSource, ItemSource
+from .guards import Guard, GuardKind
+from .source import AttrSource, HasAttrSource, ItemSource, NamedMembersSource
 from .variables import (
     ConstValue,
     DataclassValue,
     DictValue,
+    GeneratorValue,
     GradModeValue,
     IteratorValue,
     ListValue,
@@ -109,28 +111,38 @@ def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value
     try:
         return calls.get_attr(tx, obj, attr)
     except AttributeError:
+        _guard_missing(tx, obj, attr)
         return default
 
 
 @handles(builtins.hasattr)
 def _hasattr(tx, obj: Value, name: Value) -> Value:
+    attr = calls.constant(tx, name)
     try:
-        calls.get_attr(tx, obj, calls.constant(tx, name))
+        calls.get_attr(tx, obj, attr)
     except AttributeError:
+        _guard_missing(tx, obj, attr)
         return ConstValue(False)
     return ConstValue(True)
 
 
+def _guard_missing(tx, obj: Value, attr: str) -> None:
+    """The answer "no such attribute" holds only while it stays missing."""
+    if obj.source is not None:
+        source = HasAttrSource(obj.source, attr)
+        tx.output.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (bool, False)))
+
+
 @handles(builtins.iter)
 def _iter(tx, obj: Value) -> Value:
-    return (
-        obj if isinstance(obj, IteratorValue) else IteratorValue(calls.iterate(tx, obj))
-    )
+    if isinstance(obj, (IteratorValue, GeneratorValue)):
+        return obj
+    return IteratorValue(calls.iterate(tx, obj))
 
 
 @handles(builtins.next)
 def _next(tx, it: Value, default: Value | None = None) -> Value:
-    if not isinstance(it, IteratorValue):
+    if not isinstance(it, (IteratorValue, GeneratorValue)):
         raise tx.unsupported(f"next() of a {calls.describe_value(it)}")
     item = it.next()
     if item is None:
@@ -208,8 +220,10 @@ def _min_max(fn: Callable) -> Callable[..., Value]:
 
 
 def _any_all(fn: Callable) -> Callable[..., Value]:
+    # Stops at the deciding item, like the builtin: a generator is not drained.
     def handler(tx, iterable: Value) -> Value:
-        return ConstValue(fn(calls.truth(tx, i) for i in calls.iterate(tx, iterable)))
+        it = _iter(tx, iterable)
+        return ConstValue(fn(calls.truth(tx, i) for i in iter(it.next, None)))
 
     return handler
 
@@ -522,6 +536,10 @@ def _module_iterator(method: str, table: str, with_names: bool):
             raise tx.unsupported(f"module.{method}() with a name prefix")
         named = "named_" + method.removeprefix("named_")
         pairs = list(getattr(module.value, named)(*real_args, **real_kwargs))
+        # The set of members is a fact too: registering one must recompile.
+        members = NamedMembersSource(module.source, named, tuple(real_args))
+        names = [name for name, _ in pairs]
+        tx.output.guards.add(Guard(GuardKind.EQUALS_MATCH, members, (list, names)))
         return _named(tx, module, pairs, table, with_names)
 
     return handler

@@ -30,19 +30,22 @@ from .variables import (
     Cell,
     DictValue,
     FunctionValue,
-    IteratorValue,
+    GeneratorValue,
     ListValue,
     TupleValue,
     Value,
 )
 
 MAX_INLINE_DEPTH = 64
+# Exceptions user code raises while being interpreted (not ember's own bugs).
+_PYTHON_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 MAX_STEPS = 1_000_000  # instructions per capture: a loop that runs longer is refused
 
 
 class Interpreter:
-    """Interprets one frame. ``run()`` returns the frame's return value; a
-    generator frame runs to completion and returns an iterator over its yields."""
+    """Interprets one frame. ``run()`` returns the frame's return value; for a
+    generator frame it returns at each yield with the yielded value, and the next
+    ``run()`` continues from there (see GeneratorValue)."""
 
     def __init__(
         self,
@@ -69,9 +72,8 @@ class Interpreter:
         self.stack: list[Value] = []
         self.kw_names: tuple[str, ...] = ()
         self.return_value: Value | None = None
-        self.yields: list[Value] | None = (
-            [] if code.co_flags & inspect.CO_GENERATOR else None
-        )
+        self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        self.yielded: Value | None = None  # set by YIELD_VALUE: run() pauses
         self.instructions = list(dis.get_instructions(code))
         self._index = {inst.offset: i for i, inst in enumerate(self.instructions)}
         self.pc = 0
@@ -103,14 +105,22 @@ class Interpreter:
                         "the function runs eagerly",
                     )
                 handler(self, inst)
+                if self.yielded is not None:
+                    value, self.yielded = self.yielded, None
+                    return value
         except CaptureError as e:
             if self.depth == 0 and e.break_point is None:
                 e.break_point = self.break_point
             raise
+        except _PYTHON_ERRORS as e:
+            # The user's code raising (a missing attribute, a bad index...): run
+            # that instruction for real, so the exception comes from Python itself.
+            error = self.unsupported(f"{type(e).__name__}: {e}")
+            if self.depth == 0:
+                error.break_point = self.break_point
+            raise error from e
         finally:
             self.output.frames.pop()
-        if self.yields is not None:
-            return IteratorValue(self.yields)
         return self.return_value
 
     def _checkpoint(self, inst: dis.Instruction) -> None:
@@ -249,10 +259,12 @@ class Interpreter:
             locals_=locals_,
             depth=self.depth + 1,
         )
-        return child.run()
+        return GeneratorValue(child) if child.is_generator else child.run()
 
     def _inline_built(self, fn: FunctionValue, args, kwargs) -> Value:
         code = fn.code
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            raise self.unsupported(f"calling coroutine {code.co_qualname}")
 
         def default(kind: str, key: int | str) -> Value:
             return fn.defaults[key] if kind == "__defaults__" else fn.kwdefaults[key]
@@ -270,7 +282,7 @@ class Interpreter:
             locals_=locals_,
             depth=self.depth + 1,
         )
-        return child.run()
+        return GeneratorValue(child) if child.is_generator else child.run()
 
     def _bind(
         self,

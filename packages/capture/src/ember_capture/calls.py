@@ -21,7 +21,14 @@ import torch
 
 from . import builtin_calls
 from .guards import Guard, GuardKind, module_has_no_hooks
-from .source import AttrSource, ItemSource, LenSource, ModuleEntrySource, Source
+from .source import (
+    AttrSource,
+    ItemSource,
+    KeysSource,
+    LenSource,
+    ModuleEntrySource,
+    Source,
+)
 from .variables import (
     BoundFunctionValue,
     ConstValue,
@@ -29,6 +36,7 @@ from .variables import (
     DataclassValue,
     DictValue,
     FunctionValue,
+    GeneratorValue,
     IteratorValue,
     ListValue,
     MethodValue,
@@ -218,7 +226,14 @@ def get_attr(tx: Interpreter, obj: Value, name: str) -> Value:
         return _tensor_attr(tx, obj, name)
     if isinstance(obj, (ModuleValue, UserObjectValue)):
         return _instance_attr(tx, obj, name)
-    if isinstance(obj, (ObjectValue, ConstValue)) and obj.source is not None:
+    if isinstance(obj, ConstValue):
+        # A constant is guarded by value: its attributes need no guard of their
+        # own, and its methods fold (a bound method is a new object each time).
+        real = getattr(obj.value, name)
+        if callable(real) and not isinstance(real, type):
+            return MethodValue(obj, name)
+        return tx.output.wrap_trusted(real)
+    if isinstance(obj, ObjectValue) and obj.source is not None:
         written = tx.output.attr_writes.get((id(obj.value), name))
         if written is not None:
             return written
@@ -543,6 +558,10 @@ def truth(tx: Interpreter, v: Value) -> bool:
         return bool(v.items)
     if isinstance(v, ModuleValue) and isinstance(v.value, _MODULE_CONTAINERS):
         return bool(guarded_len(tx, v))
+    if isinstance(v, ModuleValue) and (
+        hasattr(type(v.value), "__bool__") or hasattr(type(v.value), "__len__")
+    ):
+        raise tx.unsupported(f"the truth of a {type(v.value).__qualname__} module")
     if isinstance(v, (UserObjectValue, DataclassValue)):
         cls = type(v.value) if isinstance(v, UserObjectValue) else v.cls
         if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
@@ -570,6 +589,11 @@ def iterate(tx: Interpreter, v: Value) -> list[Value]:
         items = v.items[v.position :]
         v.position = len(v.items)
         return items
+    if isinstance(v, GeneratorValue):
+        drained = []
+        while (item := v.next()) is not None:
+            drained.append(item)
+        return drained
     if isinstance(v, ConstValue) and isinstance(
         v.value, (tuple, list, range, str, bytes, set, frozenset, dict, torch.Size)
     ):
@@ -581,7 +605,10 @@ def iterate(tx: Interpreter, v: Value) -> list[Value]:
     if isinstance(v, ModuleValue) and isinstance(v.value, _MODULE_CONTAINERS):
         n = guarded_len(tx, v)
         if isinstance(v.value, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
-            return [ConstValue(k) for k in v.value]
+            keys = list(v.value)
+            source = KeysSource(v.source)
+            tx.output.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (list, keys)))
+            return [ConstValue(k) for k in keys]
         return [get_item(tx, v, ConstValue(i)) for i in range(n)]
     raise tx.unsupported(f"iterating over a {describe_value(v)}")
 

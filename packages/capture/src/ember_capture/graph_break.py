@@ -26,6 +26,7 @@ from .variables import (
     Cell,
     ContextExitValue,
     FunctionValue,
+    GeneratorValue,
     GradModeValue,
     IteratorValue,
     ModuleValue,
@@ -118,6 +119,7 @@ def _live_locals(code, point: BreakPoint, f_locals) -> dict[str, Value | str]:
 # Values that exist only inside capture: a break with one of them live cannot resume.
 _CAPTURE_ONLY = (
     FunctionValue,
+    GeneratorValue,
     IteratorValue,
     GradModeValue,
     ContextExitValue,

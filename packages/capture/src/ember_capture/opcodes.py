@@ -19,6 +19,7 @@ from .variables import (
     ConstValue,
     DictValue,
     FunctionValue,
+    GeneratorValue,
     GradModeValue,
     IteratorValue,
     ListValue,
@@ -307,7 +308,7 @@ def _jump_if_false_or_pop(tx, inst):
 @opcode("GET_ITER")
 def _get_iter(tx, inst):
     value = tx.pop()
-    if not isinstance(value, IteratorValue):
+    if not isinstance(value, (IteratorValue, GeneratorValue)):
         value = IteratorValue(calls.iterate(tx, value))
     tx.push(value)
 
@@ -329,9 +330,9 @@ def _return_generator(tx, inst):
 
 @opcode("YIELD_VALUE")
 def _yield_value(tx, inst):
-    if tx.yields is None:
+    if not tx.is_generator:
         raise tx.unsupported("yield outside a generator")
-    tx.yields.append(tx.pop())
+    tx.yielded = tx.pop()
     tx.push(ConstValue(None))  # what the consumer sends back: next() sends None
 
 

@@ -164,3 +164,42 @@ class ModuleEntrySource(Source):
 
     def expr(self) -> str:
         return f"{self.base.expr()}.{self.table}[{self.key!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class HasAttrSource(Source):
+    """``hasattr(base, attr)``: guards that an attribute found missing stays so."""
+
+    base: Source
+    attr: str
+
+    def name(self) -> str:
+        return f"hasattr({self.base.name()}, {self.attr!r})"
+
+    def code(self) -> str:
+        return f"hasattr({self.base.code()}, {self.attr!r})"
+
+    def expr(self) -> str:
+        return f"hasattr({self.base.expr()}, {self.attr!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class NamedMembersSource(Source):
+    """The member names an nn.Module iteration method yields, in order."""
+
+    base: Source
+    method: str  # "named_parameters", "named_buffers", ...
+    args: tuple = ()
+
+    def _call(self, base: str) -> str:
+        args = ", ".join(repr(a) for a in self.args)
+        return f"[n for n, _ in {base}.{self.method}({args})]"
+
+    def name(self) -> str:
+        return self._call(self.base.name())
+
+    def code(self) -> str:
+        return self._call(self.base.code())
+
+    def expr(self) -> str:
+        return self._call(self.base.expr())

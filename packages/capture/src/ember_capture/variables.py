@@ -114,6 +114,25 @@ class IteratorValue(Value):
         return self.items[self.position - 1]
 
 
+@dataclass(slots=True, eq=False)
+class GeneratorValue(Value):
+    """A generator being interpreted lazily: each ``next()`` runs its frame to the
+    next yield, so it interleaves with its consumer as in CPython."""
+
+    frame: object  # the paused bytecode_interp.Interpreter
+    done: bool = False
+    source: Source | None = None
+
+    def next(self) -> Value | None:
+        if self.done:
+            return None
+        value = self.frame.run()
+        if self.frame.return_value is not None:  # returned instead of yielding
+            self.done = True
+            return None
+        return value
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class MethodValue(Value):
     """``obj.name`` for a tensor or constant: calling it calls the method on ``obj``."""

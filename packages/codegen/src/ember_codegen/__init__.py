@@ -17,7 +17,7 @@ from .lowering import LOWERINGS, lower_graph, register
 from .memory import plan_memory
 from .scheduler import schedule
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "LOWERINGS",

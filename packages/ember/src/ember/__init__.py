@@ -11,7 +11,7 @@ from .convert import BreakReason
 from .explain import ExplainOutput, explain
 from .logs import apply_environment, set_logs
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 apply_environment()
 

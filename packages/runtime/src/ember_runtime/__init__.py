@@ -17,7 +17,7 @@ from .guards import (
 )
 from .store import ArtifactStore, cache_key, compiler_version, environment_versions
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ArtifactStore",
