@@ -140,3 +140,38 @@ def test_cnn_with_module_list_loop_train_and_eval():
     assert counter.compiles == 2
     for name, buffer in model.named_buffers():  # running stats updated like eager
         torch.testing.assert_close(buffer, dict(reference.named_buffers())[name])
+
+
+class PrintingBlock(torch.nn.Module):
+    """Three prints, a data-dependent branch and a no_grad section."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        print("start")
+        x = self.a(x).relu()
+        with torch.no_grad():
+            print("no grad")
+            stats = x.mean()
+        if x.sum() > 0:
+            x = self.b(x)
+        print("end")
+        return x - stats
+
+
+def test_graph_breaks_through_every_backend_match_eager(capsys):
+    for backend in ("eager", "aot_eager", "ember"):
+        ember.reset()
+        model = PrintingBlock()
+        compiled = ember.compile(model, backend=backend)
+        for sign in (1.0, -1.0, 1.0):
+            x = torch.rand(2, 8) * sign
+            out = compiled(x)
+            torch.testing.assert_close(out, model(x))
+            out.sum().backward()
+            assert torch.is_grad_enabled()
+    explained = ember.explain(PrintingBlock())(torch.rand(2, 8))
+    assert explained.graph_break_count == 4  # three prints and the branch

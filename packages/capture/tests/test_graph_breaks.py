@@ -217,20 +217,110 @@ def test_side_effects_are_replayed_in_order():
             torch.testing.assert_close(model.last, twin.last)
 
 
-def test_breaks_inside_a_with_block_or_loop_refuse_with_the_reason():
-    def in_with(x):
-        with torch.no_grad():
-            print("no grad")
+def in_no_grad(x, w):
+    y = x @ w
+    with torch.no_grad():
+        z = y * 2
+        print("inside no_grad")
+        z = z + 1
+    return y + z, z.requires_grad
+
+
+def test_break_inside_no_grad_keeps_the_mode_in_the_resume_function():
+    runtime = Runtime()
+    compiled = runtime.compile(in_no_grad)
+    for _ in range(2):
+        x, w = torch.randn(2, 3), torch.randn(3, 3, requires_grad=True)
+        out, z_requires_grad = compiled(x, w)
+        expected, expected_flag = in_no_grad(x, w)
+        torch.testing.assert_close(out, expected)
+        assert z_requires_grad is expected_flag is False
+        assert torch.is_grad_enabled()
+        out.sum().backward()  # gradients flow through y only, as in eager
+        torch.testing.assert_close(w.grad, x.sum(0, keepdim=True).t().expand(3, 3))
+    for code in runtime.codes:
+        check_code(code)
+
+
+def raises_inside_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        json.loads(y.shape)  # TypeError at run time, inside the block
+    return y
+
+
+def test_an_exception_at_the_break_leaves_the_block_like_eager():
+    runtime = Runtime()
+    compiled = runtime.compile(raises_inside_no_grad)
+    with pytest.raises(TypeError):
+        compiled(torch.randn(2))
+    assert torch.is_grad_enabled()
+
+
+def printing_loop(x, layers):
+    for i, layer in enumerate(layers):
+        x = layer(x) + i
+        print("layer", i)
+    return x
+
+
+def test_breaks_inside_a_for_loop_resume_over_the_items_left():
+    layers = torch.nn.ModuleList(torch.nn.Linear(3, 3) for _ in range(3))
+    runtime = Runtime()
+    compiled = runtime.compile(printing_loop)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 3)
+            torch.testing.assert_close(compiled(x, layers), printing_loop(x, layers))
+    assert runtime.breaks == 1  # one line, reached once per iteration
+    for code in runtime.codes:
+        check_code(code)
+
+
+def test_breaks_inside_try_blocks_refuse_with_the_reason():
+    def in_try(x):
+        try:
+            print("in try")
             return x * 2
+        except RuntimeError:
+            return x
 
-    def in_loop(x):
-        for i in range(2):
-            print(i)
-            x = x + i
-        return x
+    with pytest.raises(CaptureError) as info:
+        capture(in_try, torch.randn(2))
+    assert info.value.lineno == in_try.__code__.co_firstlineno + 2
+    assert "print()" in info.value.reason
 
-    for fn, line in ((in_with, 2), (in_loop, 2)):
-        with pytest.raises(CaptureError) as info:
-            capture(fn, torch.randn(2))
-        assert info.value.lineno == fn.__code__.co_firstlineno + line
-        assert "print()" in info.value.reason
+
+class Recorder:
+    """A user context manager: capture enters it for real at a graph break."""
+
+    def __init__(self):
+        self.events = []
+
+    def __enter__(self):
+        self.events.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.events.append("exit" if exc[0] is None else "exit with error")
+        return False
+
+
+def with_user_manager(x, rec):
+    y = x * 2
+    with rec as r:
+        r.events.append("body")
+        y = y + 1
+    return y * 3
+
+
+def test_user_context_manager_is_entered_for_real_and_exits_in_order():
+    runtime = Runtime()
+    compiled = runtime.compile(with_user_manager)
+    for _ in range(2):
+        x = torch.randn(3)
+        ours, theirs = Recorder(), Recorder()
+        torch.testing.assert_close(compiled(x, ours), with_user_manager(x, theirs))
+        assert ours.events == theirs.events == ["enter", "body", "exit"]
+    for code in runtime.codes:
+        check_code(code)

@@ -17,9 +17,10 @@ import types
 from .bytecode_interp import BreakPoint
 from .emit import Emitter
 from .errors import CaptureError
+from .grad_mode import GradModeExit
 from .output_graph import OutputGraph
 from .result import HOOK_CELL, RESUME_CELL, CaptureResult
-from .resume import covered_by_exception_table, make_resume_code
+from .resume import StackEntry, handlers_covering, make_resume_code
 from .side_effects import written_values
 from .variables import (
     BoundFunctionValue,
@@ -33,10 +34,13 @@ from .variables import (
     NullValue,
     ObjectValue,
     SuperValue,
+    TupleValue,
     Value,
 )
 
 RESULT = "___call_result"
+CONTEXT = "___context"
+EXIT = "___context_exit"
 
 # Conditional jumps: (Python test on the value, pops the value when jumping).
 _JUMPS = {
@@ -66,14 +70,18 @@ def finish_at_break(
     if point is None or code.co_flags & inspect.CO_GENERATOR:
         return None
     name = point.inst.opname
-    if name != "CALL" and name not in _JUMPS:
+    if name not in ("CALL", "BEFORE_WITH") and name not in _JUMPS:
         return None
-    if covered_by_exception_table(code, point.inst.offset):
-        return None  # inside try/with: resuming would need the handler's state
+    handlers = handlers_covering(code, point.inst.offset)
+    exits = [v for v in point.stack if isinstance(v, ContextExitValue)]
+    if "try" in handlers or len(handlers) != len(exits):
+        return None  # inside try/except/finally, or a with over another manager
     if name == "CALL" and not point.containers_unchanged():
         return None  # the call had already changed a list or dict: not replayable
     live = _live_locals(code, point, f_locals)
-    if not all(_rebuildable(v) for v in [*point.stack, *live.values()]):
+    if not all(_rebuildable(v) for v in point.stack) or any(
+        isinstance(v, _STACK_ONLY) or not _rebuildable(v) for v in live.values()
+    ):
         return None
     _drop_nodes_after(output, point.graph_nodes)
     del output.side_effects[point.side_effects :]
@@ -86,15 +94,17 @@ def finish_at_break(
         locals_ = [
             emitter.expr(v) if isinstance(v, Value) else v for v in live.values()
         ]
-        emit = _emit_call if name == "CALL" else _emit_jump
+        emit = {"CALL": _emit_call, "BEFORE_WITH": _emit_before_with}.get(
+            name, _emit_jump
+        )
         resumes = emit(emitter, point, code)
     except TypeError:
         return None
     codes = []
     for i, (offset, stack, indent) in enumerate(resumes):
-        nulls = [s is None for s in stack]
-        codes.append(make_resume_code(code, offset, nulls, list(live), point.lineno))
-        args = ", ".join([s for s in stack if s is not None] + locals_)
+        kinds = [kind for kind, _ in stack]
+        codes.append(make_resume_code(code, offset, kinds, list(live), point.lineno))
+        args = ", ".join([e for _, e in stack if e is not None] + locals_)
         emitter.body.append(f"{indent}return {RESUME_CELL}{i}({args})")
     return emitter.result(tuple(codes), error)
 
@@ -117,15 +127,27 @@ def _live_locals(code, point: BreakPoint, f_locals) -> dict[str, Value | str]:
 
 
 # Values that exist only inside capture: a break with one of them live cannot resume.
-_CAPTURE_ONLY = (
-    FunctionValue,
-    GeneratorValue,
-    IteratorValue,
-    GradModeValue,
-    ContextExitValue,
-    SuperValue,
-    Cell,
-)
+_CAPTURE_ONLY = (FunctionValue, GeneratorValue, GradModeValue, SuperValue, Cell)
+# Values a resume function can take back only on its value stack.
+_STACK_ONLY = (IteratorValue, ContextExitValue)
+
+
+def _stack_entries(emitter: Emitter, values: list[Value]) -> list:
+    """(how the resume prologue pushes it, the argument expression) per entry."""
+    entries = []
+    for v in values:
+        if isinstance(v, NullValue):
+            entries.append((StackEntry.NULL, None))
+        elif isinstance(v, IteratorValue):  # the items the loop has not reached
+            left = emitter.expr(TupleValue(tuple(v.items[v.position :])))
+            entries.append((StackEntry.ITERATOR, left))
+        elif isinstance(v, ContextExitValue):
+            entries.append(
+                (StackEntry.VALUE, emitter.constant(GradModeExit(v.restore)))
+            )
+        else:
+            entries.append((StackEntry.VALUE, emitter.expr(v)))
+    return entries
 
 
 def _rebuildable(v: object) -> bool:
@@ -163,9 +185,42 @@ def _emit_call(emitter: Emitter, point: BreakPoint, code) -> list:
     callee = emitter.expr(fn)
     if isinstance(fn, (ObjectValue, BoundFunctionValue, ModuleValue)) and _is_user(fn):
         callee = f"{HOOK_CELL}({callee})"
-    emitter.body.append(f"{RESULT} = {callee}({', '.join(args)})")
-    after = [None if isinstance(v, NullValue) else emitter.expr(v) for v in rest]
-    return [(_next_offset(code, point.inst.offset), [*after, RESULT], "")]
+    call = f"{RESULT} = {callee}({', '.join(args)})"
+    exits = [v for v in reversed(rest) if isinstance(v, ContextExitValue)]
+    if exits:  # an exception from the call leaves the with-blocks it is inside
+        emitter.body += ["try:", f"    {call}", "except BaseException:"]
+        emitter.body += [
+            f"    {emitter.constant(GradModeExit(v.restore))}(None, None, None)"
+            for v in exits
+        ]
+        emitter.body.append("    raise")
+    else:
+        emitter.body.append(call)
+    after = _stack_entries(emitter, rest)
+    return [
+        (
+            _next_offset(code, point.inst.offset),
+            [*after, (StackEntry.VALUE, RESULT)],
+            "",
+        )
+    ]
+
+
+def _emit_before_with(emitter: Emitter, point: BreakPoint, code) -> list:
+    """Enter a context manager capture does not know for real, as CPython's
+    BEFORE_WITH does: the resume function starts inside the block holding the
+    real ``__exit__``, so its own exception handler calls it."""
+    ctx, rest = point.stack[-1], point.stack[:-1]
+    kind = emitter.constant(type)
+    method = emitter.constant(types.MethodType)
+    emitter.body += [
+        f"{CONTEXT} = {emitter.expr(ctx)}",
+        f"{EXIT} = {method}({kind}({CONTEXT}).__exit__, {CONTEXT})",
+        f"{RESULT} = {kind}({CONTEXT}).__enter__({CONTEXT})",
+    ]
+    after = _stack_entries(emitter, rest)
+    pushed = [(StackEntry.VALUE, EXIT), (StackEntry.VALUE, RESULT)]
+    return [(_next_offset(code, point.inst.offset), [*after, *pushed], "")]
 
 
 def _is_user(fn: Value) -> bool:
@@ -179,8 +234,8 @@ def _emit_jump(emitter: Emitter, point: BreakPoint, code) -> list:
     test, pops = _JUMPS[point.inst.opname]
     stack = point.stack
     cond = emitter.expr(stack[-1])
-    below = [None if isinstance(v, NullValue) else emitter.expr(v) for v in stack[:-1]]
-    jumped = below if pops else [*below, cond]
+    below = _stack_entries(emitter, stack[:-1])
+    jumped = below if pops else [*below, (StackEntry.VALUE, cond)]
     emitter.body.append(f"if {test.format(cond)}:")
     return [
         (point.inst.argval, jumped, "    "),

@@ -104,6 +104,7 @@ def _store_fast(tx, inst):
 @opcode("DELETE_FAST")
 def _delete_fast(tx, inst):
     tx.locals.pop(inst.argval, None)
+    tx.frame_values.pop(inst.argval, None)
 
 
 @opcode("MAKE_CELL")

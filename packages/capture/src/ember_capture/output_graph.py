@@ -20,12 +20,14 @@ import torch
 import torch.fx
 
 from .errors import CaptureError
+from .grad_mode import GradModeExit
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
 from .side_effects import AttrWrite, ContentsWrite, GlobalWrite, SideEffect
 from .source import AttrSource, ItemSource, KeysSource, LenSource, Source
 from .variables import (
     BoundFunctionValue,
     ConstValue,
+    ContextExitValue,
     DataclassValue,
     DictValue,
     ListValue,
@@ -128,6 +130,13 @@ class OutputGraph:
             wrapped = DictValue(items, source)
             self._containers[id(value)] = (value, wrapped)
             return wrapped
+        if isinstance(value, GradModeExit):  # a resume function inside a with-block
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, GradModeExit))
+            restore = AttrSource(source, "restore")
+            self.guards.add(
+                Guard(GuardKind.EQUALS_MATCH, restore, (bool, value.restore))
+            )
+            return ContextExitValue(value.restore, source)
         if isinstance(value, types.MethodType) and isinstance(
             value.__func__, types.FunctionType
         ):
