@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.nn.modules import module as nn_module
@@ -52,9 +52,10 @@ class TensorSpec:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class GlobalState:
-    """torch's global switches that change what a graph computes."""
+class GlobalState(NamedTuple):
+    """torch's global switches that change what a graph computes.
+
+    A named tuple, not a dataclass: it is built and compared on every call."""
 
     grad_enabled: bool
     default_dtype: torch.dtype
@@ -67,14 +68,22 @@ class GlobalState:
     @classmethod
     def current(cls) -> GlobalState:
         return cls(
-            torch.is_grad_enabled(),
-            torch.get_default_dtype(),
-            torch.are_deterministic_algorithms_enabled(),
-            torch.is_autocast_enabled("cpu"),
-            torch.is_autocast_enabled("cuda"),
-            torch.is_inference_mode_enabled(),
-            torch._C._len_torch_dispatch_stack(),
+            _is_grad_enabled(),
+            _get_default_dtype(),
+            _deterministic(),
+            _autocast("cpu"),
+            _autocast("cuda"),
+            _inference_mode(),
+            _dispatch_modes(),
         )
+
+
+_is_grad_enabled = torch.is_grad_enabled
+_get_default_dtype = torch.get_default_dtype
+_deterministic = torch.are_deterministic_algorithms_enabled
+_autocast = torch.is_autocast_enabled
+_inference_mode = torch.is_inference_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 @dataclass(frozen=True, slots=True)
