@@ -619,7 +619,9 @@ def iterate(tx: Interpreter, v: Value) -> list[Value]:
 def set_grad_mode(tx: Interpreter, enabled: bool) -> None:
     """Switch grad mode now (so meta tensors follow it) and in the graph."""
     torch._C._set_grad_enabled(enabled)
-    tx.output.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+    node = tx.output.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+    filename, lineno = tx.output.location()
+    node.meta["user_loc"] = f"{filename}:{lineno}"
 
 
 def enter_grad_mode(tx: Interpreter, ctx) -> ContextExitValue:

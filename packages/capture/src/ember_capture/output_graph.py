@@ -272,6 +272,7 @@ class OutputGraph:
                     continue
                 item = self.graph.call_function(operator.getitem, (node, i))
                 item.meta["example_value"] = r
+                item.meta["user_loc"] = node.meta["user_loc"]
                 items.append(TensorValue(item, _to_meta(r), device))
             return TupleValue(tuple(items))
         raise self.error(
