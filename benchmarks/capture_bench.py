@@ -2,7 +2,8 @@
 
 Measures the median wall time of `ember_capture.capture(model.forward, x)` (bytecode
 interpretation, meta-tensor shape propagation, guards and the transformed function)
-for a 2-layer transformer and a 20-layer MLP built from nn.ModuleList. The first
+for a 2-layer transformer (the demo's block, twice) and a 20-layer MLP built from
+nn.ModuleList. The first
 capture in a process also pays torch's one-time lazy imports; it is reported apart.
 Run: python benchmarks/capture_bench.py
 """
@@ -15,37 +16,14 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ember.demo import Block
 from ember_capture import capture
-
-
-class TransformerLayer(torch.nn.Module):
-    def __init__(self, dim: int = 64, heads: int = 4) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1 = torch.nn.LayerNorm(dim)
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.norm2 = torch.nn.LayerNorm(dim)
-        self.mlp = torch.nn.Sequential(
-            torch.nn.Linear(dim, 4 * dim),
-            torch.nn.GELU(),
-            torch.nn.Linear(4 * dim, dim),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        h = d // self.heads
-        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, h).transpose(1, 2) for z in (q, k, v))
-        attn = F.softmax(q @ k.transpose(-2, -1) / h**0.5, dim=-1)
-        x = x + self.proj((attn @ v).transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.norm2(x))
 
 
 class Transformer(torch.nn.Module):
     def __init__(self, layers: int = 2) -> None:
         super().__init__()
-        self.layers = torch.nn.ModuleList(TransformerLayer() for _ in range(layers))
+        self.layers = torch.nn.ModuleList(Block() for _ in range(layers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import assert_tree_equal
 
 from ember_capture import CaptureError, GuardKind, capture
 
@@ -23,18 +24,6 @@ def assert_same(fn, *args, **kwargs):
     result, actual = run_captured(fn, *args, **kwargs)
     assert_tree_equal(actual, expected)
     return result
-
-
-def assert_tree_equal(actual, expected):
-    assert type(actual) is type(expected)
-    if isinstance(expected, torch.Tensor):
-        torch.testing.assert_close(actual, expected)
-    elif isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
-            assert_tree_equal(a, e)
-    else:
-        assert actual == expected
 
 
 def test_thin_path_program():

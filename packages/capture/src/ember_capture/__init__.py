@@ -7,7 +7,15 @@ See docs/capture.md.
 
 from .capture import capture, capture_frame
 from .errors import CaptureError
-from .guards import CellView, Guard, GuardChecker, GuardKind, GuardSet, TensorSpec
+from .guards import (
+    CellView,
+    Guard,
+    GuardChecker,
+    GuardKind,
+    GuardSet,
+    TensorSpec,
+    module_has_no_hooks,
+)
 from .result import CapturedGraph, CaptureResult
 from .source import (
     AttrSource,
@@ -38,4 +46,5 @@ __all__ = [
     "TensorSpec",
     "capture",
     "capture_frame",
+    "module_has_no_hooks",
 ]

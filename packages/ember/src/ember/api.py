@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.nn.modules import module as nn_module
 
+import ember_capture
 from ember_runtime import Counters, Dispatcher
 
 from .backends import Backend, CompileLog, resolve_backend
@@ -237,13 +237,4 @@ _HOOK_DICTS = (
 
 
 def _has_hooks(module: torch.nn.Module) -> bool:
-    return bool(
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
-        or nn_module._global_forward_hooks
-        or nn_module._global_forward_pre_hooks
-        or nn_module._global_backward_hooks
-        or nn_module._global_backward_pre_hooks
-    )
+    return not ember_capture.module_has_no_hooks(module)
