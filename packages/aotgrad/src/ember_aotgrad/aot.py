@@ -17,7 +17,7 @@ from .decompositions import default_decompositions
 from .partition import Partitioner, min_cut_partition
 from .recorder import Decompositions
 from .runtime_wrapper import BackwardPlan, CompiledAot, Compiler
-from .trace import trace
+from .trace import trace, trace_device
 
 
 def needs_backward(example_inputs: Sequence[object]) -> bool:
@@ -47,15 +47,17 @@ def aot_compile(
     inputs = list(example_inputs)
     if not needs_backward(inputs):
         traced = trace(gm, inputs, table)
-        return CompiledAot(traced, fw_compiler(traced.gm, inputs), gm)
+        return CompiledAot(traced.layout, fw_compiler(traced.gm, inputs), gm)
     traced = trace(gm, inputs, table, joint=True)
-    part = partitioner(traced.gm, traced.num_forward_outputs)
+    layout = traced.layout
+    part = partitioner(traced.gm, layout.num_forward_outputs)
     plan = BackwardPlan(
         part.backward,
         bw_compiler or fw_compiler,
         len(part.saved),
-        traced.tangent_outputs,
-        traced.grad_inputs,
+        layout.tangent_outputs,
+        layout.grad_inputs,
         len(inputs),
+        trace_device(inputs),
     )
-    return CompiledAot(traced, fw_compiler(part.forward, inputs), gm, plan, part)
+    return CompiledAot(layout, fw_compiler(part.forward, inputs), gm, plan, part)

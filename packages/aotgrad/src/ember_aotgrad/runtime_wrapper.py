@@ -12,7 +12,13 @@ import torch.fx
 
 from .errors import AotGradError
 from .partition import Partition
-from .trace import AtenTrace, ConstantOutput, GraphOutput, InputAlias, OutputSpec
+from .trace import (
+    ConstantOutput,
+    GraphLayout,
+    GraphOutput,
+    InputAlias,
+    OutputSpec,
+)
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -22,21 +28,49 @@ class BackwardPlan:
     """How the autograd node runs the backward graph.
 
     The backward is compiled on its first call, with the real saved tensors and
-    tangents as example inputs.
+    tangents as example inputs, unless ``compile_now`` compiled it earlier or it
+    was loaded from bytes (then ``graph`` and ``compiler`` are None).
     """
 
-    graph: torch.fx.GraphModule
-    compiler: Compiler
+    graph: torch.fx.GraphModule | None
+    compiler: Compiler | None
     num_saved: int
     tangent_outputs: tuple[int, ...]  # forward outputs that receive a tangent
     grad_inputs: tuple[int, ...]  # inputs that receive a gradient
     num_inputs: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     compiled: Callable | None = field(default=None, repr=False)
 
     def run(self, args: list) -> Sequence:
         if self.compiled is None:
             self.compiled = self.compiler(self.graph, args)
         return self.compiled(*args)
+
+    def compile_now(self) -> Callable:
+        """The compiled backward, compiling it now if it was not yet.
+
+        The example inputs are zero-filled tensors with the sizes, strides and
+        dtypes the trace recorded for the saved values and tangents, on ``device``:
+        the same layouts the compiled forward produces at run time.
+        """
+        if self.compiled is None:
+            inputs = [
+                _zeros_like_traced(node.meta["val"], self.device)
+                for node in self.graph.graph.find_nodes(op="placeholder")
+            ]
+            self.compiled = self.compiler(self.graph, inputs)
+        return self.compiled
+
+
+def _zeros_like_traced(value: object, device: torch.device) -> object:
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.device.type != "meta":
+        device = value.device
+    t = torch.empty_strided(
+        value.shape, value.stride(), dtype=value.dtype, device=device
+    )
+    return t.zero_()
 
 
 class AotFunction(torch.autograd.Function):
@@ -46,7 +80,7 @@ class AotFunction(torch.autograd.Function):
     def forward(ctx, runner: CompiledAot, *inputs):
         outs = runner.forward(*inputs)
         plan = runner.backward_plan
-        num_fw = runner.trace.num_forward_outputs
+        num_fw = runner.layout.num_forward_outputs
         ctx.plan = plan
         ctx.save_for_backward(*outs[num_fw:])
         fw_outs = tuple(outs[:num_fw])
@@ -77,11 +111,13 @@ class CompiledAot:
     """The callable aot_compile returns: flat inputs in, flat tuple of outputs out.
 
     ``forward`` is the compiled forward graph (returning the forward outputs and,
-    with a backward, the saved values); ``eager`` is the torch-level graph, run when
-    a call needs what the compiled graphs cannot give (see ``__call__``).
+    with a backward, the saved values); ``layout`` maps its outputs to the user's;
+    ``eager`` is the torch-level graph, run when a call needs what the compiled
+    graphs cannot give (see ``__call__``). ``partition`` is None when the object
+    was loaded from bytes (``load_compiled_aot``).
     """
 
-    trace: AtenTrace
+    layout: GraphLayout
     forward: Callable
     eager: torch.fx.GraphModule
     backward_plan: BackwardPlan | None = None
@@ -95,12 +131,12 @@ class CompiledAot:
             outs = AotFunction.apply(self, *inputs)
         else:
             outs = self.forward(*inputs)
-        num_user = self.trace.num_user_outputs
+        num_user = self.layout.num_user_outputs
         with torch.no_grad():
-            for k, i in enumerate(self.trace.mutated_inputs):
+            for k, i in enumerate(self.layout.mutated_inputs):
                 inputs[i].copy_(outs[num_user + k])
         return tuple(
-            self._user_output(spec, outs, inputs) for spec in self.trace.outputs
+            self._user_output(spec, outs, inputs) for spec in self.layout.outputs
         )
 
     def _must_run_eagerly(self, inputs: tuple) -> bool:
@@ -117,8 +153,8 @@ class CompiledAot:
                     and i not in has_grad
                 ):
                     return True
-        if self.trace.mutated_inputs:
-            return _shares_memory(inputs, self.trace.mutated_inputs)
+        if self.layout.mutated_inputs:
+            return _shares_memory(inputs, self.layout.mutated_inputs)
         return False
 
     @staticmethod

@@ -1,9 +1,9 @@
 """Trace a torch-level fx graph to a functional aten graph, forward or joint.
 
 ``trace`` runs the captured graph under the recorder (on meta tensors, or on copies
-of the real inputs when an op has no meta kernel) and describes how the graph's
-outputs map back to the user's outputs, which inputs it mutates, and, for a joint
-trace, which outputs get tangents and which inputs get gradients.
+of the real inputs when an op has no meta kernel) and describes, as a GraphLayout,
+how the graph's outputs map back to the user's outputs, which inputs it mutates,
+and, for a joint trace, which outputs get tangents and which inputs get gradients.
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ OutputSpec = GraphOutput | InputAlias | ConstantOutput
 
 
 @dataclass(frozen=True)
-class AtenTrace:
-    """A traced aten graph and how to run it.
+class GraphLayout:
+    """How a traced graph's outputs map back to the user's, without the graph
+    itself (so a cache can store it next to the compiled code).
 
     Graph outputs are, in order: ``num_user_outputs`` user outputs, the new values
     of ``mutated_inputs``, and (joint traces) one gradient per input in
@@ -63,7 +64,6 @@ class AtenTrace:
     output listed in ``tangent_outputs``.
     """
 
-    gm: torch.fx.GraphModule
     outputs: tuple[OutputSpec, ...]
     num_user_outputs: int
     mutated_inputs: tuple[int, ...]
@@ -74,6 +74,14 @@ class AtenTrace:
     @property
     def num_forward_outputs(self) -> int:
         return self.num_user_outputs + len(self.mutated_inputs)
+
+
+@dataclass(frozen=True)
+class AtenTrace:
+    """A traced aten graph and its GraphLayout."""
+
+    gm: torch.fx.GraphModule
+    layout: GraphLayout
 
 
 def trace(
@@ -101,11 +109,16 @@ def trace(
         )
 
 
-def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_meta):
-    device = next(
+def trace_device(example_inputs: Sequence[object]) -> torch.device:
+    """The device a traced graph runs on: the first input tensor's (else CPU)."""
+    return next(
         (t.device for t in example_inputs if isinstance(t, torch.Tensor)),
         torch.device("cpu"),
     )
+
+
+def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_meta):
+    device = trace_device(example_inputs)
     rec = AtenRecorder(decompositions, MUTATION_RULES, device, on_meta)
     values = []
     for i, value in enumerate(example_inputs):
@@ -176,8 +189,7 @@ def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_met
         root.register_buffer(name, value)
     aten_gm = torch.fx.GraphModule(root, rec.graph, class_name="AtenGraph")
     log.debug("aten graph:\n%s", aten_gm.code)
-    return AtenTrace(
-        aten_gm,
+    layout = GraphLayout(
         tuple(specs),
         num_user,
         tuple(mutated),
@@ -185,6 +197,7 @@ def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_met
         grad_inputs,
         tuple(requires_grad[:num_user]),
     )
+    return AtenTrace(aten_gm, layout)
 
 
 def _record_backward(rec, flat, graph_outputs, tangent_outputs, values, grad_inputs):

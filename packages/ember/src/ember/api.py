@@ -53,7 +53,8 @@ def compile(
     if mode not in _MODES:
         raise ValueError(f"unknown mode {mode!r}; valid modes: {_MODES}")
     log = CompileLog()
-    context = _Context(resolve_backend(backend, config, log), fullgraph, config, log)
+    resolve_backend(backend, config, log)  # an unknown name fails here, not later
+    context = _Context(backend, fullgraph, config, log)
 
     def wrap(target: Any) -> Any:
         if isinstance(target, (CompiledFunction, CompiledModule)):
@@ -75,7 +76,7 @@ class _Context:
     the resume functions after a graph break and the calls that broke."""
 
     def __init__(
-        self, backend: Backend, fullgraph: bool, config: Config, log: CompileLog
+        self, backend: str | Backend, fullgraph: bool, config: Config, log: CompileLog
     ) -> None:
         self.backend = backend
         self.fullgraph = fullgraph
@@ -90,9 +91,12 @@ class _Context:
         if isinstance(fn, types.MethodType):
             fn, bound_self = fn.__func__, fn.__self__
         counters = Counters()
+        # Per function, so the backend's stage times and disk hits land in its
+        # dispatcher's counters.
+        backend = resolve_backend(self.backend, self.config, self.log, counters)
         convert = make_convert(
             fn,
-            self.backend,
+            backend,
             fullgraph=self.fullgraph,
             log=self.log,
             breaks=self.breaks,

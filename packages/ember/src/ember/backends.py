@@ -1,24 +1,35 @@
 """The named backends and how a backend argument is resolved.
 
 A backend is ``backend(gm, example_inputs) -> callable`` (the capture contract).
-The built-in ones are made per compile from the Config, and report what they did
-(graphs compiled, ops left to torch, graphs run eagerly) into a CompileLog.
+The built-in ones are made per compiled function from the Config, report what they
+did (graphs compiled, ops left to torch, graphs run eagerly, disk-cache results)
+into a CompileLog and time their stages into the function's Counters. "aot_eager"
+and "ember" look each graph up in the on-disk graph cache (cache.py) first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import pickle
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch.fx
 
 import ember_aotgrad
 import ember_codegen
+from ember_runtime import Counters
 
+from .cache import CachedGraph, EntryKind, GraphCache, Uncacheable, graph_key
 from .config import Config
 from .logs import warn_user
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
+Compiler = Callable[[torch.fx.GraphModule, list], Callable]
+# A warning compiling gave: (reason for eager_graph_reasons, message), kept in the
+# cache entry so that a later hit reports it again.
+Note = tuple[str, str]
 
 
 @dataclass
@@ -29,9 +40,13 @@ class CompileLog:
     fallback_ops: set[str] = field(default_factory=set)
     generated_code: list[str] = field(default_factory=list)
     eager_graph_reasons: list[str] = field(default_factory=list)
+    # Per graph the "aot_eager"/"ember" backends saw: "hit" (loaded from the disk
+    # cache), "miss" (compiled and stored), "miss, not stored: why" or
+    # "not cached: why" (compiled without a lookup).
+    cache_results: list[str] = field(default_factory=list)
 
 
-BACKENDS: dict[str, Callable[[Config, CompileLog], Backend]] = {}
+BACKENDS: dict[str, Callable[[Config, CompileLog, Counters], Backend]] = {}
 
 
 def register_backend(name: str):
@@ -43,7 +58,7 @@ def register_backend(name: str):
 
 
 @register_backend("eager")
-def _eager(config: Config, log: CompileLog) -> Backend:
+def _eager(config: Config, log: CompileLog, counters: Counters) -> Backend:
     def backend(gm, example_inputs):
         return gm
 
@@ -51,51 +66,207 @@ def _eager(config: Config, log: CompileLog) -> Backend:
 
 
 @register_backend("aot_eager")
-def _aot_eager(config: Config, log: CompileLog) -> Backend:
-    def run_with_torch(aten_gm, example_inputs):
-        return aten_gm
+def _aot_eager(config: Config, log: CompileLog, counters: Counters) -> Backend:
+    def make_compiler(notes: list[Note]) -> Compiler:
+        def run_with_torch(aten_gm, example_inputs):
+            return aten_gm
 
-    return _through_aotgrad(run_with_torch, log)
+        return run_with_torch
+
+    return _CachedAotBackend("aot_eager", make_compiler, config, log, counters)
 
 
 @register_backend("ember")
-def _ember(config: Config, log: CompileLog) -> Backend:
-    def codegen(aten_gm, example_inputs):
+def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
+    def make_compiler(notes: list[Note]) -> Compiler:
+        def codegen(aten_gm, example_inputs):
+            try:
+                with counters.timed("codegen"):
+                    compiled = ember_codegen.compile_graph(
+                        aten_gm,
+                        example_inputs,
+                        target=config.codegen_target,
+                        cache_dir=config.cache_dir / "kernels",
+                    )
+            except ember_codegen.CodegenError as e:
+                message = (
+                    f"ember: an aten graph runs with torch instead of codegen: {e}"
+                )
+                notes.append(_report(log, str(e), message))
+                return aten_gm
+            _log_compiled(log, compiled)
+            return compiled
+
+        return codegen
+
+    return _CachedAotBackend("ember", make_compiler, config, log, counters)
+
+
+class _CachedAotBackend:
+    """aotgrad with a compiler from ``make_compiler``, behind the graph cache.
+
+    A hit rebuilds the callable from the entry (no tracing, no compiling) and
+    repeats the warnings compiling gave; a miss compiles and stores the result.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        make_compiler: Callable[[list[Note]], Compiler],
+        config: Config,
+        log: CompileLog,
+        counters: Counters,
+    ) -> None:
+        self.name = name
+        self.make_compiler = make_compiler
+        self.config = config
+        self.log = log
+        self.counters = counters
+        self.cache = GraphCache(config.cache_dir / "graphs")
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         try:
-            compiled = ember_codegen.compile_graph(
-                aten_gm,
-                example_inputs,
-                target=config.codegen_target,
-                cache_dir=config.cache_dir / "kernels",
-            )
-        except ember_codegen.CodegenError as e:
-            log.eager_graph_reasons.append(str(e))
-            warn_user(f"ember: an aten graph runs with torch instead of codegen: {e}")
-            return aten_gm
-        log.fallback_ops.update(compiled.fallback_ops)
-        log.generated_code.append(compiled.source)
+            with self.counters.timed("cache_key"):
+                key = graph_key(gm, example_inputs, self._options())
+        except Uncacheable as e:
+            self.log.cache_results.append(f"not cached: {e}")
+            return self._compile(gm, example_inputs)[0]
+        with self.counters.timed("cache_load"):
+            loaded = self._load(key, gm)
+        if loaded is not None:
+            self.counters.disk_hits += 1
+            self.log.cache_results.append("hit")
+            return loaded
+        self.counters.disk_misses += 1
+        compiled, make_entry = self._compile(gm, example_inputs)
+        with _exclusive(self.counters, "cache_store", "codegen"):
+            self.log.cache_results.append(self._store(key, make_entry))
         return compiled
 
-    return _through_aotgrad(codegen, log)
+    def _options(self) -> dict[str, str]:
+        table = ember_aotgrad.default_decompositions()
+        rules = sorted(
+            f"{op}={rule.__module__}.{rule.__qualname__}" for op, rule in table.items()
+        )
+        return {
+            "backend": self.name,
+            "codegen_target": self.config.codegen_target,
+            "decompositions": ",".join(rules),
+        }
 
-
-def _through_aotgrad(fw_compiler, log: CompileLog) -> Backend:
-    def backend(gm, example_inputs):
+    def _compile(
+        self, gm: torch.fx.GraphModule, example_inputs: list
+    ) -> tuple[Callable, Callable[[], CachedGraph]]:
+        """The compiled callable, and what makes its cache entry (serializing may
+        compile the backward now, which can add notes)."""
+        notes: list[Note] = []
+        compiler = self.make_compiler(notes)
         try:
-            return ember_aotgrad.aot_compile(gm, example_inputs, fw_compiler)
+            with _exclusive(self.counters, "aotgrad", "codegen"):
+                compiled = ember_aotgrad.aot_compile(gm, example_inputs, compiler)
         except ember_aotgrad.AotGradError as e:
             # The torch-level graph still runs correctly under torch's autograd.
             # (torch.fx appends the failing node to the message: keep the reason.)
             reason = str(e).split("\n\n")[0]
-            log.eager_graph_reasons.append(reason)
-            warn_user(f"ember: a captured graph runs as captured, with torch: {reason}")
-            return gm
+            message = f"ember: a captured graph runs as captured, with torch: {reason}"
+            notes.append(_report(self.log, reason, message))
+            return gm, lambda: CachedGraph(EntryKind.AS_CAPTURED, tuple(notes))
 
-    return backend
+        def entry() -> CachedGraph:
+            payload = ember_aotgrad.save_compiled_aot(compiled, _save_compiled)
+            return CachedGraph(EntryKind.AOT, tuple(notes), payload)
+
+        return compiled, entry
+
+    def _store(self, key: str, make_entry: Callable[[], CachedGraph]) -> str:
+        try:
+            stored = self.cache.put(key, make_entry())
+        except Exception as e:  # storing is an optimization: never fail a compile
+            return f"miss, not stored: {type(e).__name__}: {e}"
+        return "miss" if stored else "miss, not stored: larger than the size cap"
+
+    def _load(self, key: str, gm: torch.fx.GraphModule) -> Callable | None:
+        loaded: list[ember_codegen.CompiledGraph] = []
+
+        def load(data: bytes) -> Callable:
+            kind, payload = data.split(b"\n", 1)
+            if kind == b"fx":
+                return pickle.loads(payload)
+            if kind != b"codegen":
+                raise ValueError(f"unknown compiled-graph kind {kind!r}")
+            compiled = ember_codegen.CompiledGraph.from_bytes(
+                payload, cache_dir=self.config.cache_dir / "kernels"
+            )
+            loaded.append(compiled)
+            return compiled
+
+        try:
+            entry = self.cache.get(key)
+            if entry is None:
+                return None
+            if entry.kind is EntryKind.AS_CAPTURED:
+                result = gm
+            else:
+                result = ember_aotgrad.load_compiled_aot(entry.payload, gm, load)
+        except Exception as e:  # a stale or foreign entry: compile and replace it
+            warn_user(
+                f"ember: the cached graph {key[:16]} could not be loaded "
+                f"({type(e).__name__}: {e}); it will be compiled again"
+            )
+            return None
+        for compiled in loaded:
+            _log_compiled(self.log, compiled)
+        for reason, message in entry.warnings:
+            _report(self.log, reason, message)
+        return result
 
 
-def resolve_backend(backend: str | Backend, config: Config, log: CompileLog) -> Backend:
-    """The backend callable for a name or a user callable; ValueError if unknown."""
+def _save_compiled(compiled: Callable) -> bytes:
+    """Bytes for one compiled aten graph: codegen's own format, or a pickled
+    GraphModule (what "aot_eager" and codegen's fallback return)."""
+    if isinstance(compiled, ember_codegen.CompiledGraph):
+        return b"codegen\n" + compiled.to_bytes()
+    if isinstance(compiled, torch.fx.GraphModule):
+        return b"fx\n" + pickle.dumps(compiled)
+    raise TypeError(f"cannot store a compiled graph of type {type(compiled)}")
+
+
+def _log_compiled(log: CompileLog, compiled: ember_codegen.CompiledGraph) -> None:
+    log.fallback_ops.update(compiled.fallback_ops)
+    log.generated_code.append(compiled.source)
+
+
+def _report(log: CompileLog, reason: str, message: str) -> Note:
+    log.eager_graph_reasons.append(reason)
+    warn_user(message)
+    return reason, message
+
+
+@contextmanager
+def _exclusive(counters: Counters, stage: str, inner: str) -> Iterator[None]:
+    """Times the block into ``stage``, less the time it spent in stage ``inner``
+    (so the stages of one compile add up instead of overlapping)."""
+    seconds = counters.compile_seconds
+    before = seconds.get(inner, 0.0)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        nested = seconds.get(inner, 0.0) - before
+        elapsed = time.perf_counter() - start - nested
+        seconds[stage] = seconds.get(stage, 0.0) + elapsed
+
+
+def resolve_backend(
+    backend: str | Backend,
+    config: Config,
+    log: CompileLog,
+    counters: Counters | None = None,
+) -> Backend:
+    """The backend callable for a name or a user callable; ValueError if unknown.
+
+    ``counters`` receives the built-in backends' disk hits and misses and their
+    stage times; pass the compiled function's own (None: counts go nowhere)."""
     if callable(backend):
         return backend
     if backend not in BACKENDS:
@@ -103,4 +274,4 @@ def resolve_backend(backend: str | Backend, config: Config, log: CompileLog) -> 
             f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)} "
             f"or a callable backend(gm, example_inputs)"
         )
-    return BACKENDS[backend](config, log)
+    return BACKENDS[backend](config, log, Counters() if counters is None else counters)

@@ -1,0 +1,239 @@
+"""The on-disk cache of compiled graphs: what a graph's key covers, and the entries.
+
+A key covers everything that decides what aotgrad and codegen make of a captured
+graph: its code and constants, the inputs' metadata and grad mode, the options, and
+the versions and sources of the software. Entries live in ember_runtime's
+ArtifactStore (atomic, locked, checksummed, size-capped). docs/runtime.md ("The
+umbrella's graph cache") gives the reasons.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import importlib.util
+import json
+import operator
+import struct
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.fx
+
+from ember_runtime import ArtifactStore, cache_key, environment_versions
+
+DISTRIBUTIONS = (
+    "ember",
+    "ember-capture",
+    "ember-aotgrad",
+    "ember-codegen",
+    "ember-runtime",
+)
+# Import packages whose sources are hashed into every key: editable installs keep
+# their version number when their code changes.
+PACKAGES = ("ember", "ember_capture", "ember_aotgrad", "ember_codegen", "ember_runtime")
+_SOURCE_SUFFIXES = (".py", ".cpp", ".h")
+
+# Graph targets whose behaviour is fixed by the torch and Python versions in the key.
+# A function from anywhere else (a user's module, a custom op) may change without
+# changing the key, so such a graph is not cached.
+_TRUSTED_MODULES = frozenset({"torch", "operator", "_operator", "builtins", "math"})
+_TRUSTED_OP_NAMESPACES = frozenset({"aten", "prims"})
+_PLAIN_ARGS = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+    torch.fx.Node,
+    type(Ellipsis),
+)
+_INPUT_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+class Uncacheable(Exception):
+    """Why a graph is neither looked up nor stored (it is compiled as usual)."""
+
+
+def graph_key(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    options: Mapping[str, str],
+) -> str:
+    """The store key of ``gm`` compiled for ``example_inputs`` with ``options``
+    (every option that changes the compiled code, named). Raises Uncacheable."""
+    return cache_key(
+        graph=graph_hash(gm),
+        inputs=_inputs_text(example_inputs),
+        options="\n".join(f"{k}={options[k]}" for k in sorted(options)),
+        environment=environment_text(),
+    )
+
+
+def graph_hash(gm: torch.fx.GraphModule) -> str:
+    """SHA-256 of ``gm``'s generated code and the tensors its ``get_attr`` nodes
+    read. Raises Uncacheable for what the code text does not pin down: submodule
+    calls, functions from outside torch and Python, unusual argument values."""
+    h = hashlib.sha256(gm.code.encode())
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            raise Uncacheable(f"the graph calls the submodule {node.target!r}")
+        if node.op == "call_function" and not _trusted_target(node.target):
+            raise Uncacheable(f"the graph calls {node.target!r}, defined outside torch")
+        if node.op == "get_attr":
+            h.update(_constant_bytes(node.target, operator.attrgetter(node.target)(gm)))
+        _check_args((node.args, node.kwargs))
+    return h.hexdigest()
+
+
+def _trusted_target(target: object) -> bool:
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return target.namespace in _TRUSTED_OP_NAMESPACES
+    if not isinstance(
+        target,
+        (
+            types.FunctionType,
+            types.BuiltinFunctionType,
+            types.MethodDescriptorType,
+            types.WrapperDescriptorType,
+        ),
+    ):
+        return False
+    module = getattr(target, "__module__", None) or getattr(
+        getattr(target, "__objclass__", None), "__module__", ""
+    )
+    return module.split(".")[0] in _TRUSTED_MODULES
+
+
+def _check_args(value: object) -> None:
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _check_args(v)
+    elif isinstance(value, dict):
+        _check_args(tuple(value.items()))
+    elif isinstance(value, slice):
+        _check_args((value.start, value.stop, value.step))
+    elif not isinstance(value, _PLAIN_ARGS):
+        raise Uncacheable(f"the graph holds a {type(value).__name__} argument")
+
+
+def _constant_bytes(name: str, value: object) -> bytes:
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        raise Uncacheable(f"the graph reads {name!r}, which is not a dense tensor")
+    data = value.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+    meta = f"{name} {value.dtype} {tuple(value.shape)} {value.stride()}\0"
+    return meta.encode() + data.numpy().tobytes()
+
+
+def _inputs_text(example_inputs: Sequence[object]) -> str:
+    """The inputs' metadata and the global modes that change a trace."""
+    devices = {"cpu"}
+    lines = []
+    for i, value in enumerate(example_inputs):
+        if isinstance(value, torch.Tensor):
+            if type(value) not in _INPUT_TYPES or value.layout != torch.strided:
+                raise Uncacheable(f"input {i} is a {type(value).__name__}")
+            devices.add(value.device.type)
+            lines.append(
+                f"{type(value).__name__} {value.dtype} {value.device} "
+                f"{tuple(value.shape)} {value.stride()} {value.requires_grad}"
+            )
+        elif value is None or type(value) in (bool, int, float):
+            lines.append(f"{type(value).__name__} {value!r}")
+        else:
+            raise Uncacheable(f"input {i} is a {type(value).__name__}")
+    lines.append(f"grad={torch.is_grad_enabled()}")
+    lines.append(f"inference={torch.is_inference_mode_enabled()}")
+    lines.append(f"default_dtype={torch.get_default_dtype()}")
+    for device in sorted(devices):
+        if torch.is_autocast_enabled(device):
+            lines.append(f"autocast {device} {torch.get_autocast_dtype(device)}")
+    return "\n".join(lines)
+
+
+@functools.cache
+def environment_text() -> str:
+    """The versions an entry depends on (Python, torch, the C++ compiler, the
+    ember distributions) and a hash of the ember packages' sources; once per
+    process."""
+    versions = environment_versions(DISTRIBUTIONS)
+    lines = [f"{k}={versions[k]}" for k in sorted(versions)]
+    lines.append(f"sources={source_hash()}")
+    return "\n".join(lines)
+
+
+def source_hash() -> str:
+    """SHA-256 over the source files of the ember packages, wherever installed."""
+    h = hashlib.sha256()
+    for package in PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for root in spec.submodule_search_locations or ():
+            files = sorted(
+                p
+                for p in Path(root).rglob("*")
+                if p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts
+            )
+            for path in files:
+                h.update(f"{package}/{path.relative_to(root)}\0".encode())
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+class EntryKind(enum.Enum):
+    AOT = "aot"  # payload: ember_aotgrad.save_compiled_aot bytes
+    AS_CAPTURED = "as_captured"  # aotgrad refused the graph; it runs as captured
+
+
+@dataclass(frozen=True)
+class CachedGraph:
+    """One entry: what to rebuild, and the warnings compiling it gave, as
+    (reason for the CompileLog, message) pairs, so a hit reports them again."""
+
+    kind: EntryKind
+    warnings: tuple[tuple[str, str], ...]
+    payload: bytes = b""
+
+    def to_bytes(self) -> bytes:
+        header = {"kind": self.kind.value, "warnings": self.warnings}
+        text = json.dumps(header).encode()
+        return _LENGTH.pack(len(text)) + text + self.payload
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CachedGraph:
+        """Raises ValueError (or a subclass) for bytes not in this format."""
+        if len(data) < _LENGTH.size:
+            raise ValueError("too short for a cached graph")
+        (length,) = _LENGTH.unpack_from(data)
+        end = _LENGTH.size + length
+        header = json.loads(data[_LENGTH.size : end])
+        warnings = tuple((reason, message) for reason, message in header["warnings"])
+        return cls(EntryKind(header["kind"]), warnings, data[end:])
+
+
+_LENGTH = struct.Struct("<I")
+
+
+class GraphCache:
+    """CachedGraphs by key, in an ArtifactStore at ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.store = ArtifactStore(root)
+
+    def get(self, key: str) -> CachedGraph | None:
+        """The entry, or None when absent. A damaged file is deleted with a
+        warning by the store; bytes that decode badly raise ValueError."""
+        data = self.store.get(key)
+        return None if data is None else CachedGraph.from_bytes(data)
+
+    def put(self, key: str, entry: CachedGraph) -> bool:
+        """Stores ``entry``; False when it is larger than the store's size cap."""
+        return self.store.put(key, entry.to_bytes())

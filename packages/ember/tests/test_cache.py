@@ -1,0 +1,173 @@
+"""The on-disk graph cache: a new process (or a fresh compile) loads what an earlier
+one stored and matches eager; anything that changes the compiled code misses; a
+damaged entry is deleted, compiled again and replaced, with a warning."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember.cache import Uncacheable, graph_hash
+
+
+def mlp(x, w1, w2):
+    return torch.tanh(F.gelu(x @ w1) @ w2).sum(-1)
+
+
+def mlp_inputs(rows=4, dtype=torch.float32, requires_grad=False):
+    return [
+        torch.randn(rows, 6, dtype=dtype),
+        torch.randn(6, 8, dtype=dtype, requires_grad=requires_grad),
+        torch.randn(8, 3, dtype=dtype, requires_grad=requires_grad),
+    ]
+
+
+def compile_and_run(fn, args, tmp_path, backend="ember", **options):
+    """A fresh compile (new dispatcher, empty memory) run once; its cache result."""
+    compiled = ember.compile(
+        fn, backend=backend, options={"cache_dir": tmp_path, **options}
+    )
+    out = compiled(*args)
+    torch.testing.assert_close(out, fn(*args))
+    return compiled.log.cache_results
+
+
+_CHILD = """
+import json, torch, ember
+from ember.demo import Block
+torch.manual_seed(0)
+model = Block(dim=16, heads=2).eval()
+x = torch.randn(2, 5, 16)
+compiled = ember.compile(model)
+with torch.no_grad():
+    diff = (compiled(x) - model(x)).abs().max().item()
+print(json.dumps({"cache": compiled._compiled_forward.log.cache_results, "diff": diff}))
+"""
+
+
+def start_child(cache_dir):
+    env = dict(os.environ, EMBER_CACHE_DIR=str(cache_dir))
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def child_result(child):
+    stdout, stderr = child.communicate(timeout=300)
+    assert child.returncode == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_new_processes_store_at_once_then_load(tmp_path):
+    cold = [start_child(tmp_path) for _ in range(2)]  # both write the same entry
+    for result in map(child_result, cold):
+        assert result["cache"] in (["miss"], ["hit"]) and result["diff"] < 1e-4
+    assert len(list((tmp_path / "graphs" / "artifacts").iterdir())) == 1
+    warm = child_result(start_child(tmp_path))
+    assert warm["cache"] == ["hit"] and warm["diff"] < 1e-4
+
+
+@pytest.mark.parametrize("backend", ["ember", "aot_eager"])
+def test_a_fresh_compile_hits_and_matches_eager(tmp_path, backend):
+    assert compile_and_run(mlp, mlp_inputs(), tmp_path, backend) == ["miss"]
+    for _ in range(2):
+        assert compile_and_run(mlp, mlp_inputs(), tmp_path, backend) == ["hit"]
+
+
+def test_what_changes_the_code_misses(tmp_path):
+    assert compile_and_run(mlp, mlp_inputs(), tmp_path) == ["miss"]
+    changed = {
+        "shape": (mlp, mlp_inputs(rows=5), {}),
+        "dtype": (mlp, mlp_inputs(dtype=torch.float64), {}),
+        "requires_grad": (mlp, mlp_inputs(requires_grad=True), {}),
+        "codegen_target": (mlp, mlp_inputs(), {"codegen_target": "torch"}),
+        "code": (lambda x, w1, w2: mlp(x, w1, w2) + 1, mlp_inputs(), {}),
+    }
+    for what, (fn, args, options) in changed.items():
+        assert compile_and_run(fn, args, tmp_path, **options) == ["miss"], what
+    with torch.no_grad():
+        assert compile_and_run(mlp, mlp_inputs(requires_grad=True), tmp_path) == [
+            "miss"
+        ]
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(6, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc2(F.silu(self.fc1(x))).softmax(-1)
+
+
+def test_training_graphs_round_trip_with_eager_gradients(tmp_path):
+    torch.manual_seed(0)
+    model = Tiny()
+    for expected in ("miss", "hit", "hit"):
+        compiled = ember.compile(model, options={"cache_dir": tmp_path})
+        x = torch.randn(5, 6, requires_grad=True)
+        x_eager = x.detach().clone().requires_grad_()
+        weights = torch.randn(5, 2)
+        (compiled(x) * weights).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        (model(x_eager) * weights).sum().backward()
+        torch.testing.assert_close(x.grad, x_eager.grad)
+        for g, p in zip(grads, model.parameters()):
+            torch.testing.assert_close(g, p.grad)
+        model.zero_grad()
+        assert compiled._compiled_forward.log.cache_results == [expected]
+
+
+def test_a_truncated_entry_is_deleted_compiled_again_and_replaced(tmp_path):
+    assert compile_and_run(mlp, mlp_inputs(), tmp_path) == ["miss"]
+    [entry] = (tmp_path / "graphs" / "artifacts").glob("*.art")
+    entry.write_bytes(entry.read_bytes()[:-7])
+    with pytest.warns(UserWarning, match="is damaged"):
+        assert compile_and_run(mlp, mlp_inputs(), tmp_path) == ["miss"]
+    assert compile_and_run(mlp, mlp_inputs(), tmp_path) == ["hit"]
+
+
+def transpose_in_place(x):
+    x.t_()  # aotgrad refuses to change an input's shape; the graph runs as captured
+    return x + 1
+
+
+def test_a_hit_repeats_the_warnings_compiling_gave(tmp_path):
+    for expected in ("miss", "hit"):
+        compiled = ember.compile(transpose_in_place, options={"cache_dir": tmp_path})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = torch.randn(2, 3)
+            torch.testing.assert_close(compiled(x.clone()), transpose_in_place(x))
+        assert compiled.log.cache_results == [expected]
+        [reason] = compiled.log.eager_graph_reasons
+        assert "aten.t_.default" in reason
+        assert [str(w.message) for w in caught] == [
+            f"ember: a captured graph runs as captured, with torch: {reason}"
+        ]
+
+
+def test_the_graph_hash_covers_constants_and_refuses_submodules():
+    def with_constant(value):
+        root = torch.nn.Module()
+        root.register_buffer("c", torch.full((2,), value))
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        graph.output((graph.call_function(torch.add, (x, graph.get_attr("c"))),))
+        return torch.fx.GraphModule(root, graph)
+
+    assert graph_hash(with_constant(1.0)) == graph_hash(with_constant(1.0))
+    assert graph_hash(with_constant(1.0)) != graph_hash(with_constant(2.0))
+    with pytest.raises(Uncacheable, match="submodule"):
+        graph_hash(torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU())))
