@@ -5,7 +5,9 @@ timed against the same aten calls run eagerly and against torch.compile of them
 (the reference; skip it with --no-torch-compile). Steady-state times are medians
 of repeated calls after warm-up; compile times are measured separately, cold (an
 empty kernel cache) and warm (a fresh process loading from the disk cache).
-Run with ``python benchmarks/codegen_bench.py``.
+The last table is the per-call cost of the generated wrapper on the demo block's
+forward graph (small tensors, so calls are mostly overhead), with and without
+``check_inputs``. Run with ``python benchmarks/codegen_bench.py``.
 """
 
 from __future__ import annotations
@@ -108,6 +110,43 @@ print(middle - start, time.perf_counter() - middle)
 """
 
 
+def demo_block_graph() -> tuple[torch.fx.GraphModule, list]:
+    """The umbrella demo block's forward aten graph, as aotgrad hands it over."""
+    import ember_aotgrad
+    from ember.demo import Block
+
+    graphs = []
+
+    def capture(gm, inputs):
+        graphs.append((gm, list(inputs)))
+        return gm
+
+    model = Block().eval()
+    with torch.no_grad():
+        ember_aotgrad.aot_compile(
+            torch.fx.symbolic_trace(model), [torch.randn(8, 32, 64)], capture
+        )
+    return graphs[0]
+
+
+def wrapper_overhead(repeats: int, cache_dir: str) -> None:
+    gm, inputs = demo_block_graph()
+    print("\n| demo block forward (8x32x64) | us per call | loops | library calls |")
+    print("|---|---|---|---|")
+    with torch.no_grad():
+        eager = steady_ms(gm, inputs, repeats * 4)
+        print(f"| eager aten graph | {eager * 1e3:.1f} | - | - |")
+        for check in (True, False):
+            compiled = compile_graph(
+                gm, inputs, target="cpp", cache_dir=cache_dir, check_inputs=check
+            )
+            ms = steady_ms(compiled, inputs, repeats * 4)
+            print(
+                f"| ember, check_inputs={check} | {ms * 1e3:.1f} | "
+                f"{len(compiled.loops())} | {len(compiled.externs())} |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-torch-compile", action="store_true")
@@ -172,6 +211,7 @@ def main() -> None:
             f"with the kernel on disk: compile_graph {warm:.1f} ms, "
             f"CompiledGraph.from_bytes {loaded:.1f} ms"
         )
+        wrapper_overhead(args.repeats, tmp)
 
 
 if __name__ == "__main__":

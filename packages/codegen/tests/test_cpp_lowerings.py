@@ -207,3 +207,26 @@ def test_float64_and_int32_kernels(cpp):
     d = torch.randn(3, 9, dtype=torch.float64)
     i = torch.randint(-100, 100, (4, 5), dtype=torch.int32)
     check(cpp(fn, d, i), fn, d, i)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_gelu_non_finite_values_match_eager_for_every_layout(cpp, approximate, dtype):
+    """Eager's float32 erf-gelu returns NaN for +inf on a contiguous tensor (its
+    vectorized kernel) and inf otherwise; the compiled graph must agree."""
+
+    def fn(x, one):
+        gelu = lambda t: aten.gelu.default(t, approximate=approximate)  # noqa: E731
+        return (
+            gelu(x),
+            gelu(aten.t.default(x)),
+            gelu(aten.slice.Tensor(x, 1, 0, 3)),
+            gelu(aten.add.Tensor(x, 1)),  # a fused intermediate, contiguous in eager
+            gelu(one),
+        )
+
+    x = torch.randn(4, 5, dtype=dtype) * 3
+    x[0, :4] = torch.tensor([math.inf, -math.inf, math.nan, 3e38], dtype=dtype)
+    x[2, 1] = -3e38
+    one = torch.tensor([math.inf], dtype=dtype)
+    check(cpp(fn, x, one), fn, x, one, rtol=1e-5, atol=1e-5)

@@ -1,6 +1,7 @@
 """The C++ target's fusion, memory planning, fallbacks, errors and kernel cache:
 structure is asserted on ``compiled.kernels`` and the generated source."""
 
+import math
 import multiprocessing
 import re
 
@@ -79,6 +80,21 @@ def test_softmax_is_one_kernel_reading_each_row_once_from_memory(cpp):
     assert len(compiled.kernels) == 1
     assert _passes_over_input(compiled.cpp_source, "x") == 1
     assert compiled.wrapper_source.count("empty_strided(") == 1
+    # exp(x - max) is computed once per element: the sum pass stores it in the
+    # output row, and the output pass scales it in place.
+    output_stage = compiled.cpp_source.split("{  // buf2 = aten._softmax")[1]
+    assert "ember_exp" not in output_stage and "buf2[100*i0 + i1];" in output_stage
+
+
+def test_long_rows_softmax_stores_exp_once_and_stays_accurate(cpp):
+    fn = lambda x: (aten._softmax.default(x, -1, False),)  # noqa: E731
+    x = torch.randn(3, 5000) * 5
+    x[1, 7] = math.inf
+    x[2, 9] = math.nan
+    compiled = cpp(fn, x)
+    check(compiled, fn, x, rtol=1e-5, atol=1e-7)
+    kernel = compiled.cpp_source.split("// kernel0")[1]
+    assert kernel.count("ember_exp(") == 2  # the sum's vector loop and its tail
 
 
 def test_decomposed_softmax_also_fuses_into_one_kernel(cpp):
@@ -246,3 +262,38 @@ def test_generated_source_is_readable(kernel_cache):
     assert compiled.loops()[0].ops == ("aten.add.Tensor", "aten.relu.default")
     assert "buf1[4*i0 + i1] = " in compiled.cpp_source  # named buffers, plain offsets
     assert "#pragma omp" not in compiled.cpp_source  # too small to be worth threads
+
+
+def test_check_inputs_false_drops_the_per_call_check(kernel_cache):
+    def fn(x, w):
+        h = aten.relu.default(aten.mm.default(x, w))
+        return (aten.mul.Tensor(h, aten.sum.dim_IntList(x, [1], True)), h)
+
+    x, w = torch.randn(6, 4), torch.randn(4, 6)
+    gm = aten_graph(fn)
+    checked = compile_graph(gm, [x, w], target="cpp", cache_dir=kernel_cache)
+    unchecked = compile_graph(
+        gm, [x, w], target="cpp", cache_dir=kernel_cache, check_inputs=False
+    )
+    assert ".stride() ==" in checked.wrapper_source
+    assert ".stride() ==" not in unchecked.wrapper_source
+    assert "fallback(" not in unchecked.wrapper_source
+    for _ in range(2):  # fresh data, same layout
+        x, w = torch.randn(6, 4), torch.randn(4, 6)
+        check(unchecked, fn, x, w, rtol=1e-5, atol=1e-5)
+    restored = CompiledGraph.from_bytes(unchecked.to_bytes(), cache_dir=kernel_cache)
+    assert restored.wrapper_source == unchecked.wrapper_source
+    check(restored, fn, x, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_pointer_several_kernels_take_is_read_once(cpp):
+    def fn(x):
+        a = aten.amax.default(x, [1])
+        b = aten.mm.default(x, aten.t.default(x))  # closes the first kernel
+        return (a, aten.add.Tensor(b, aten.sum.dim_IntList(x, [1], True)))
+
+    x = torch.randn(5, 5)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x, rtol=1e-5, atol=1e-5)
+    assert compiled.wrapper_source.count("x.data_ptr()") == 1
+    assert compiled.wrapper_source.count("x_ptr") == 3

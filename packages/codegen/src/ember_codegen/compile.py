@@ -13,12 +13,17 @@ from pathlib import Path
 import torch
 import torch.fx
 
-from . import lower_layout, lower_pointwise, lower_reduce  # noqa: F401 - register rules
+from . import (  # noqa: F401 - register rules
+    lower_index,
+    lower_layout,
+    lower_pointwise,
+    lower_reduce,
+)
 from .build import find_compiler
 from .compiled import CompiledGraph
 from .cpp import emit_source
 from .cpp_wrapper import emit_cpp_wrapper
-from .lowering import lower_graph
+from .lowering import c_name, lower_graph
 from .memory import plan_memory
 from .scheduler import Kernel, schedule
 from .wrapper import emit_wrapper
@@ -38,6 +43,7 @@ def compile_graph(
     target: str = "auto",
     *,
     cache_dir: Path | None = None,
+    check_inputs: bool = True,
 ) -> CompiledGraph:
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
 
@@ -47,6 +53,11 @@ def compile_graph(
     through torch. ``cache_dir`` holds compiled kernels (default
     $EMBER_CACHE_DIR/kernels or ~/.cache/ember/kernels). Raises CodegenError for a
     graph that is not an aten graph or C++ that does not compile.
+
+    ``check_inputs=False`` drops the "cpp" wrapper's per-call check of each
+    input's dtype, shape, strides and device. Pass it only when the caller
+    guarantees every call's inputs match ``example_inputs`` in all four (its own
+    guards check them); an input that differs then gives wrong results or a crash.
     """
     if target == "auto":
         target = "cpp" if find_compiler() else "torch"
@@ -70,7 +81,7 @@ def compile_graph(
     kernels = [s for s in plan_input.steps if isinstance(s, Kernel)]
     strides = {name: spec.strides for name, spec in lowered.specs.items()}
     cpp_source = emit_source(kernels, strides, title) if kernels else ""
-    source, infos = emit_cpp_wrapper(lowered, plan_input, plan, title)
+    source, infos = emit_cpp_wrapper(lowered, plan_input, plan, title, check_inputs)
     return CompiledGraph(
         source,
         "cpp",
@@ -83,6 +94,11 @@ def compile_graph(
     )
 
 
+def _plain_name(name: str) -> bool:
+    """A name the C++ and Python sources can use as it is."""
+    return name.isidentifier() and c_name(name) == name
+
+
 def _not_for_cpp(
     gm: torch.fx.GraphModule, example_inputs: Sequence[object]
 ) -> str | None:
@@ -93,7 +109,7 @@ def _not_for_cpp(
         if value.device.type != "cpu" or value.layout != torch.strided:
             return f"an input is on {value.device} with layout {value.layout}"
     for node in gm.graph.nodes:
-        if node.op == "get_attr" and not node.target.isidentifier():
+        if node.op == "get_attr" and not _plain_name(node.target):
             return f"constant {node.target!r} is not a plain name"
         op = node.target
         if isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable:

@@ -24,7 +24,7 @@ from .wrapper import WRAPPER_GLOBALS
 
 log = logging.getLogger("ember.output_code")
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def _exec(source: str, namespace: dict, kind: str) -> Callable:
@@ -72,7 +72,7 @@ class CompiledGraph:
                 if info.kind == "loop":
                     fn = getattr(lib, info.name)
                     fn.argtypes = [ctypes.c_void_p] * info.arity
-                    fn.restype = None
+                    fn.restype = ctypes.c_int if info.checks_indices else None
                     namespace[info.name] = fn
         object.__setattr__(
             self, "_call", _exec(self.wrapper_source, namespace, "wrapper")
@@ -129,7 +129,13 @@ class CompiledGraph:
             state["constants"],
             state["cpp_source"],
             tuple(
-                KernelInfo(k["kind"], k["name"], tuple(k["ops"]), k["arity"])
+                KernelInfo(
+                    k["kind"],
+                    k["name"],
+                    tuple(k["ops"]),
+                    k["arity"],
+                    k["checks_indices"],
+                )
                 for k in state["kernels"]
             ),
             state["torch_source"],

@@ -7,11 +7,20 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from .indexing import ZERO, Index, render, var
+from .indexing import (
+    ZERO,
+    Index,
+    Indirect,
+    indirect_terms,
+    render,
+    substitute,
+    var,
+)
 from .ir import (
     C_TYPES,
     Call,
@@ -51,7 +60,14 @@ template <typename T> static inline T ember_min(T a, T b) {
 
 // exp for float32 written so loops calling it vectorize (libm's expf does not
 // without -ffast-math): 2^n * p(r) with r = x - n*ln2, a degree-6 polynomial,
-// within 2 ulp like torch's own vectorized exp; inf, -inf and NaN exact.
+// within 2 ulp like torch's own vectorized exp; inf, -inf and NaN exact. Its
+// multiply-adds are explicit fma calls where the CPU has FMA (never contracted
+// behind our back: the rest of the file keeps -ffp-contract=off).
+#ifdef __FMA__
+#define EMBER_FMA(a, b, c) std::fma(a, b, c)
+#else
+#define EMBER_FMA(a, b, c) ((a) * (b) + (c))
+#endif
 static inline float ember_pow2i(int32_t n) {
   const int32_t bits = (n + 127) << 23;
   float out;
@@ -59,17 +75,17 @@ static inline float ember_pow2i(int32_t n) {
   return out;
 }
 static inline float ember_exp(float x) {
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float n = std::floor(EMBER_FMA(x, 1.44269504088896341f, 0.5f));
   const float nc = n < -160.0f ? -160.0f : (n > 160.0f ? 160.0f : n);
-  float r = x - nc * 0.693359375f;
-  r = r + nc * 2.12194440e-4f;
+  float r = EMBER_FMA(nc, -0.693359375f, x);
+  r = EMBER_FMA(nc, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  p = EMBER_FMA(p, r, 1.3981999507e-3f);
+  p = EMBER_FMA(p, r, 8.3334519073e-3f);
+  p = EMBER_FMA(p, r, 4.1665795894e-2f);
+  p = EMBER_FMA(p, r, 1.6666665459e-1f);
+  p = EMBER_FMA(p, r, 5.0000001201e-1f);
+  const float y = EMBER_FMA(p, r * r, r) + 1.0f;
   const int32_t k = static_cast<int32_t>(nc);
   const float scaled = y * ember_pow2i(k / 2) * ember_pow2i(k - k / 2);
   const float big = x > 88.8f ? std::numeric_limits<float>::infinity() : scaled;
@@ -77,6 +93,22 @@ static inline float ember_exp(float x) {
   return x != x ? x : result;
 }
 static inline double ember_exp(double x) { return std::exp(x); }
+
+// Indirect indexing. An index tensor's value v is valid in [lo, size): lo is
+// -size where torch wraps negative indices (aten.index), else 0. An invalid v
+// sets *oob and the kernel returns 1: the wrapper then reruns the graph through
+// torch, which raises its own error. The address is clamped into [0, size), so
+// an invalid index never reads outside the tensor.
+static inline int64_t ember_clamp_index(int64_t v, int64_t size) {
+  const int64_t w = v < 0 ? v + size : v;
+  return w < 0 ? 0 : (w >= size ? size - 1 : w);
+}
+template <typename T>
+static inline T ember_check_index(T value, int64_t v, int64_t lo, int64_t size,
+                                  int* oob) {
+  if (v < lo || v >= size) __atomic_store_n(oob, 1, __ATOMIC_RELAXED);
+  return value;
+}
 """
 
 # Scalar ops: a C++ template over the argument code {0}, {1}, ... and the result
@@ -121,6 +153,8 @@ SCALAR_OPS: dict[str, str] = {
     "where": "({0} ? {1} : {2})",
     "select": "({0} ? {1} : {2})",
     "cast": "static_cast<{T}>({0})",
+    "index_clamp": "ember_clamp_index({0}, {1})",
+    "index_check": "ember_check_index({0}, {1}, {2}, {3}, &ember_oob)",
 }
 
 _COMBINE = {
@@ -164,12 +198,22 @@ def literal(value: bool | int | float, dtype: torch.dtype) -> str:
     return f"{value!r}f" if exact else f"static_cast<float>({value!r})"
 
 
+# Ops costly enough that a value a reduction computes per element is stored
+# once (in the buffer of the pointwise stage that needs it again) and read back,
+# instead of being computed a second time: softmax's exp(x - max).
+COSTLY_OPS = frozenset(
+    ["exp", "log", "tanh", "erf", "sin", "cos", "pow", "sigmoid", "log1p", "expm1"]
+)
+
+
 @dataclass
 class _Scope:
     """What a kernel body can name: local reduction results and buffer strides."""
 
     locals_: dict[str, str]  # reduction name -> C variable holding this row's value
     strides: dict[str, tuple[int, ...]]
+    # reduction name -> (value in its body, "buffer[offset]" to store it at)
+    spills: dict[str, list[tuple[Expr, str]]] = field(default_factory=dict)
 
 
 class _Body:
@@ -208,12 +252,20 @@ class _Body:
             return self.scope.locals_[e.name]
         if isinstance(e, Call):
             return _apply(e, [self.inline(a) for a in e.args])
-        return self._leaf(e)
+        return self._leaf(e, lambda v: f"({self.inline(v)})")
 
-    def _leaf(self, e: Load | IndexValue) -> str:
+    def _leaf(self, e: Load | IndexValue, sub: Callable[[Expr], str] | None = None):
+        """A load or index value; ``sub`` writes the value of an indirect index
+        (a named temporary by default, an inline expression in lazy branches)."""
+        sub = sub or self.value
+
+        def leaf(term: Indirect) -> str:
+            return sub(term.value)
+
         if isinstance(e, IndexValue):
-            return f"static_cast<{C_TYPES[e.dtype]}>({render(e.index)})"
-        return f"{e.name}[{render(offset(e.index, self.scope.strides[e.name]))}]"
+            return f"static_cast<{C_TYPES[e.dtype]}>({render(e.index, leaf)})"
+        at = render(offset(e.index, self.scope.strides[e.name]), leaf)
+        return f"{e.name}[{at}]"
 
 
 def offset(index: tuple[Index, ...], strides: tuple[int, ...]) -> Index:
@@ -231,6 +283,22 @@ def _numel(sizes) -> int:
     return math.prod(sizes)
 
 
+def checks_indices(kernel: Kernel) -> bool:
+    """Whether the kernel reads through index tensors, so it returns 1 when an
+    index is out of range (and 0 otherwise) instead of returning nothing."""
+    return any(_calls(stage.expr, "index_check") for stage in kernel.stages)
+
+
+def _calls(e: Expr, op: str) -> bool:
+    if isinstance(e, Call):
+        return e.op == op or any(_calls(a, op) for a in e.args)
+    if isinstance(e, Load):
+        return any(_calls(t.value, op) for i in e.index for t in indirect_terms(i))
+    if isinstance(e, IndexValue):
+        return any(_calls(t.value, op) for t in indirect_terms(e.index))
+    return False
+
+
 def emit_kernel(
     kernel: Kernel, strides: dict[str, tuple[int, ...]], comment: str
 ) -> str:
@@ -244,10 +312,14 @@ def emit_kernel(
         for s in kernel.stages
         if s.name in kernel.stored
     ]
+    checked = checks_indices(kernel)
     lines = [
         f"// {kernel.name}: {comment}",
-        f'extern "C" void {kernel.name}({", ".join(params)}) {{',
+        f'extern "C" {"int" if checked else "void"} {kernel.name}'
+        f"({', '.join(params)}) {{",
     ]
+    if checked:
+        lines.append("  int ember_oob = 0;")
     outer = kernel.outer
     work = sum(
         _numel(s.sizes) * _numel(getattr(s, "reduce_sizes", ())) for s in kernel.stages
@@ -261,7 +333,7 @@ def emit_kernel(
         lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
         indent += "  "
     scope = _Scope({}, strides)
-    stages = list(kernel.stages)
+    stages = _store_once(kernel, scope)
     while stages:
         stage = stages.pop(0)
         if isinstance(stage, Pointwise):
@@ -281,6 +353,8 @@ def emit_kernel(
     for _ in outer:
         indent = indent[:-2]
         lines.append(f"{indent}}}")
+    if checked:
+        lines.append("  return ember_oob;")
     lines.append("}")
     return "\n".join(lines)
 
@@ -305,6 +379,79 @@ def _close(count: int, indent: str, lines: list[str]) -> None:
     for _ in range(count):
         indent = indent[:-2]
         lines.append(f"{indent}}}")
+
+
+def _store_once(kernel: Kernel, scope: _Scope) -> list[Pointwise | Reduction]:
+    """The kernel's stages, where a later pointwise stage recomputes a costly
+    per-element value of a reduction (over the stage's own inner range) reading
+    it back from its own buffer instead; ``scope.spills`` says where the
+    reduction stores it. The stage overwrites each element after reading it."""
+    stages = list(kernel.stages)
+    n_outer = len(kernel.outer)
+    for pos, red in enumerate(stages):
+        if not isinstance(red, Reduction) or not red.reduce_sizes:
+            continue
+        rename = {
+            f"r{d}": var(f"i{n_outer + d}", size)
+            for d, size in enumerate(red.reduce_sizes)
+        }
+        for later, stage in enumerate(stages[pos + 1 :], pos + 1):
+            if (
+                not isinstance(stage, Pointwise)
+                or stage.name not in kernel.stored
+                or tuple(stage.sizes[n_outer:]) != red.reduce_sizes
+            ):
+                continue
+            for value in _costly(red.expr):
+                seen = _substitute(value, rename)
+                if seen == value or seen.dtype != stage.dtype:
+                    continue  # the same for every element, or another dtype
+                if not _contains(stage.expr, seen):
+                    continue
+                here = tuple(_ivar(d) for d in range(len(stage.sizes)))
+                back = Load(stage.name, here, stage.dtype)
+                stages[later] = stage = replace(
+                    stage, expr=_replace_expr(stage.expr, seen, back)
+                )
+                rvars = tuple(var(f"r{d}", 2**62) for d in range(len(rename)))
+                at = offset(here[:n_outer] + rvars, scope.strides[stage.name])
+                scope.spills.setdefault(red.name, []).append(
+                    (value, f"{stage.name}[{render(at)}]")
+                )
+                break
+    return stages
+
+
+def _costly(e: Expr) -> list[Call]:
+    """Calls to COSTLY_OPS in ``e``, outermost first."""
+    if not isinstance(e, Call):
+        return []
+    inner = [c for a in e.args for c in _costly(a)]
+    return [e, *inner] if e.op in COSTLY_OPS else inner
+
+
+def _substitute(e: Expr, mapping: dict[str, Index]) -> Expr:
+    if isinstance(e, Load):
+        return Load(e.name, tuple(substitute(i, mapping) for i in e.index), e.dtype)
+    if isinstance(e, IndexValue):
+        return IndexValue(substitute(e.index, mapping), e.dtype)
+    if isinstance(e, Call):
+        return Call(e.op, tuple(_substitute(a, mapping) for a in e.args), e.dtype)
+    return e
+
+
+def _contains(e: Expr, part: Expr) -> bool:
+    return e == part or (
+        isinstance(e, Call) and any(_contains(a, part) for a in e.args)
+    )
+
+
+def _replace_expr(e: Expr, old: Expr, new: Expr) -> Expr:
+    if e == old:
+        return new
+    if isinstance(e, Call):
+        return Call(e.op, tuple(_replace_expr(a, old, new) for a in e.args), e.dtype)
+    return e
 
 
 def _pointwise(
@@ -357,6 +504,12 @@ def _reductions(
         lines.append(
             f"{loop_indent}for (int64_t rb = 0; rb < {chunked}; rb += {LANES}) {{"
         )
+        if not any(
+            _calls(r.expr, "index_check") or _calls(r.expr, "select") for r in group
+        ):
+            # Each lane is independent; GCC needs the hint to vectorize the
+            # NaN-propagating max/min selects.
+            lines.append(f"{loop_indent}  #pragma omp simd")
         lines.append(f"{loop_indent}  for (int64_t k = 0; k < {LANES}; ++k) {{")
         lines.append(f"{loop_indent}    const int64_t {r} = rb + k;")
         lines += _accumulate(group, scope, loop_indent + "    ", "k")
@@ -394,6 +547,8 @@ def _accumulate(
         v = body.value(red.expr)
         acc = f"{red.name}_acc[{lane}]"
         body.lines.append(f"{indent}{acc} = {_COMBINE[red.kind].format(acc, v)};")
+        for value, at in scope.spills.get(red.name, ()):
+            body.lines.append(f"{indent}{at} = {body.value(value)};")
     return body.lines
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .cpp import checks_indices
 from .ir import Extern, TensorSpec, describe_origin, refs
 from .lowering import LoweredGraph
 from .memory import MemoryPlan, nbytes
@@ -25,6 +26,7 @@ class KernelInfo:
     name: str
     ops: tuple[str, ...]
     arity: int = 0  # pointer arguments of a loop kernel
+    checks_indices: bool = False  # returns 1 when an index tensor is out of range
 
 
 def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Tensor:
@@ -58,14 +60,18 @@ def emit_cpp_wrapper(
     schedule: Schedule,
     plan: MemoryPlan,
     title: str,
+    check_inputs: bool = True,
 ) -> tuple[str, tuple[KernelInfo, ...]]:
-    """Source defining ``call(*inputs)`` and the list of kernels it runs."""
+    """Source defining ``call(*inputs)`` and the list of kernels it runs; with
+    ``check_inputs`` its first line sends inputs unlike the compiled ones to the
+    "torch" wrapper."""
     specs = lowered.specs
     params = list(lowered.inputs)
     guard = " and ".join(
         f"{n}.dtype is {specs[n].dtype} and {n}.shape == {tuple(specs[n].sizes)} "
         f"and {n}.stride() == {tuple(specs[n].strides)} and {n}.is_cpu"
         for n in params
+        if check_inputs
     )
     tensor_needed = {
         n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
@@ -74,6 +80,13 @@ def emit_cpp_wrapper(
     read_by_kernels = {
         n for s in schedule.steps if isinstance(s, Kernel) for n in s.reads
     }
+    # A pointer several kernels take is read from its tensor once.
+    kernel_uses: dict[str, int] = {}
+    for step in schedule.steps:
+        if isinstance(step, Kernel):
+            for name in _kernel_args(step):
+                kernel_uses[name] = kernel_uses.get(name, 0) + 1
+    pointers: set[str] = set()
     body: list[str] = []
     if guard:
         body += [f"if not ({guard}):", f"    return fallback({', '.join(params)})"]
@@ -85,12 +98,25 @@ def emit_cpp_wrapper(
                     plan.allocations[name], specs[name], name in tensor_needed
                 )
             body.append(f"# {step.name}: {describe_origin(step.origin)}")
-            args = [f"{n}.data_ptr()" for n in step.reads]
-            args += [
-                f"{st.name}.data_ptr()" for st in step.stages if st.name in step.stored
-            ]
-            body.append(f"{step.name}({', '.join(args)})")
-            kernels.append(KernelInfo("loop", step.name, _ops(step.origin), len(args)))
+            args = []
+            for name in _kernel_args(step):
+                if kernel_uses[name] == 1:
+                    args.append(f"{name}.data_ptr()")
+                    continue
+                if name not in pointers:
+                    body.append(f"{name}_ptr = {name}.data_ptr()")
+                    pointers.add(name)
+                args.append(f"{name}_ptr")
+            launch = f"{step.name}({', '.join(args)})"
+            checked = checks_indices(step)
+            if checked:
+                # torch raises its own error for the out-of-range index.
+                body += [f"if {launch}:", f"    return fallback({', '.join(params)})"]
+            else:
+                body.append(launch)
+            kernels.append(
+                KernelInfo("loop", step.name, _ops(step.origin), len(args), checked)
+            )
         elif isinstance(step, Extern):
             body += _extern(step, specs, read_by_kernels)
             kind = "fallback" if step.fallback else "extern"
@@ -116,6 +142,11 @@ def emit_cpp_wrapper(
     ]
     source = "\n".join(header + ["    " + line for line in body]) + "\n"
     return source, tuple(kernels)
+
+
+def _kernel_args(step: Kernel) -> list[str]:
+    """The buffers a kernel takes, in parameter order: reads, then stores."""
+    return list(step.reads) + [s.name for s in step.stages if s.name in step.stored]
 
 
 def _ops(origin: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,11 +1,13 @@
 """Index expressions of the loop IR: affine sums of loop variables, floor
 division and modulo, simplified with the variables' ranges so that views of
 contiguous data come out as plain ``i0*C + i1`` offsets instead of div/mod chains.
+An ``Indirect`` term is a value read at run time (gather, embedding, index).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -33,7 +35,17 @@ class Mod:
     den: int
 
 
-Term = Var | Div | Mod
+@dataclass(frozen=True, slots=True)
+class Indirect:
+    """A position read at run time: ``value`` is an IR expression (an element of
+    an index tensor, already wrapped and clamped into ``[0, size)``), so the
+    simplifier knows only its range."""
+
+    value: object
+    size: int
+
+
+Term = Var | Div | Mod | Indirect
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +94,7 @@ def var(name: str, size: int) -> Index:
 
 def bounds(e: Index | Term) -> tuple[int, int]:
     """Inclusive lower and upper bound of an index or term."""
-    if isinstance(e, Var):
+    if isinstance(e, (Var, Indirect)):
         return 0, max(e.size - 1, 0)
     if isinstance(e, Div):
         lo, hi = bounds(e.num)
@@ -183,33 +195,59 @@ def substitute(e: Index, mapping: dict[str, Index]) -> Index:
 def _subst_term(term: Term, mapping: dict[str, Index]) -> Index:
     if isinstance(term, Var):
         return mapping.get(term.name, Index(((term, 1),)))
+    if isinstance(term, Indirect):
+        return Index(((term, 1),))
     if isinstance(term, Div):
         return substitute(term.num, mapping) // term.den
     return substitute(term.num, mapping) % term.den
 
 
-def variables(e: Index) -> set[str]:
-    found: set[str] = set()
-    for term, _ in e.terms:
-        if isinstance(term, Var):
-            found.add(term.name)
+def map_indirect(e: Index, fn: Callable[[object], object]) -> Index:
+    """``e`` with the value of each ``Indirect`` term replaced by ``fn(value)``."""
+    if not indirect_terms(e):
+        return e
+    out = const(e.const)
+    for term, coef in e.terms:
+        if isinstance(term, Indirect):
+            out = out + Index(((Indirect(fn(term.value), term.size), 1),)) * coef
+        elif isinstance(term, Div):
+            out = out + map_indirect(term.num, fn) // term.den * coef
+        elif isinstance(term, Mod):
+            out = out + map_indirect(term.num, fn) % term.den * coef
         else:
-            found |= variables(term.num)
+            out = out + Index(((term, 1),)) * coef
+    return out
+
+
+def indirect_terms(e: Index) -> list[Indirect]:
+    """The ``Indirect`` terms of ``e``, nested ones included."""
+    found = []
+    for term, _ in e.terms:
+        if isinstance(term, Indirect):
+            found.append(term)
+        elif isinstance(term, (Div, Mod)):
+            found += indirect_terms(term.num)
     return found
 
 
-def render_term(term: Term) -> str:
+Leaf = Callable[[Indirect], str]
+
+
+def render_term(term: Term, leaf: Leaf | None = None) -> str:
     if isinstance(term, Var):
         return term.name
+    if isinstance(term, Indirect):
+        return leaf(term) if leaf else f"[{term.value!r}]"
     op = "/" if isinstance(term, Div) else "%"
-    return f"(({render(term.num)}) {op} {term.den})"
+    return f"(({render(term.num, leaf)}) {op} {term.den})"
 
 
-def render(e: Index) -> str:
-    """C (and Python) source of a non-negative index; all variables are int64."""
+def render(e: Index, leaf: Leaf | None = None) -> str:
+    """C (and Python) source of a non-negative index; all variables are int64.
+    ``leaf`` writes each ``Indirect`` term (the C variable holding its value)."""
     parts = []
     for term, coef in e.terms:
-        t = render_term(term)
+        t = render_term(term, leaf)
         parts.append(t if coef == 1 else f"{coef}*{t}")
     if e.const or not parts:
         parts.append(str(e.const))

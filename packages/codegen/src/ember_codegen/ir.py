@@ -2,7 +2,8 @@
 
 Pointwise and reduction nodes hold a scalar expression over their loop variables
 (``i0..`` for output dims, ``r0..`` for reduced dims); ``Load(name, index)`` reads
-another node at a logical index, so views are index math and fusion is substitution.
+another node at a logical index, so views are index math and fusion is substitution;
+an index may hold ``Indirect`` terms, values read at run time (gather, embedding).
 Extern and fallback nodes run an aten op through torch. ``format_ir`` prints it all.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .indexing import Index, render
+from .indexing import Index, indirect_terms, render
 
 # The dtypes the C++ backend computes in; anything else runs through torch.
 C_TYPES: dict[torch.dtype, str] = {
@@ -153,9 +154,13 @@ def node_names(node: Node) -> tuple[str, ...]:
 
 
 def loads(e: Expr) -> list[Load]:
-    """Every Load in ``e``, depth first."""
+    """Every Load in ``e``, depth first, those inside indirect indices included."""
     if isinstance(e, Load):
-        return [e]
+        return [e] + [
+            ld for i in e.index for t in indirect_terms(i) for ld in loads(t.value)
+        ]
+    if isinstance(e, IndexValue):
+        return [ld for t in indirect_terms(e.index) for ld in loads(t.value)]
     if isinstance(e, Call):
         return [ld for a in e.args for ld in loads(a)]
     return []
@@ -179,12 +184,15 @@ def describe_origin(origin: tuple[str, ...]) -> str:
 
 
 def format_expr(e: Expr) -> str:
+    def leaf(term) -> str:
+        return f"{{{format_expr(term.value)}}}"
+
     if isinstance(e, Load):
-        return f"{e.name}[{', '.join(render(i) for i in e.index)}]"
+        return f"{e.name}[{', '.join(render(i, leaf) for i in e.index)}]"
     if isinstance(e, Const):
         return repr(e.value)
     if isinstance(e, IndexValue):
-        return f"index({render(e.index)})"
+        return f"index({render(e.index, leaf)})"
     return f"{e.op}({', '.join(format_expr(a) for a in e.args)})"
 
 

@@ -174,15 +174,22 @@ def _gelu(lo: Lowerer, a, approximate="none"):
         return constant(v, dtype)
 
     if approximate == "none":
-        return elementwise(
-            lo,
-            lambda x: call(
-                "mul",
-                call("mul", x, c(0.5)),
-                call("add", c(1.0), call("erf", call("mul", x, c(math.sqrt(0.5))))),
-            ),
-            a,
-        )
+        if not _vectorized_gelu(a):
+            return elementwise(
+                lo,
+                lambda x: call("mul", call("mul", x, c(0.5)), _one_plus_erf(x, c)),
+                a,
+            )
+
+        # Eager's vectorized float32 kernel (taken for a contiguous input of two
+        # or more elements) returns NaN for +inf and overflows to inf near the
+        # top of the range, where x * (1 + erf) does: so must we, there.
+        def vectorized(x: Expr) -> Expr:
+            value = call("mul", call("mul", x, _one_plus_erf(x, c)), c(0.5))
+            is_inf = call("eq", x, c(math.inf), dtype=torch.bool)
+            return call("where", is_inf, c(math.nan), value, dtype=x.dtype)
+
+        return elementwise(lo, vectorized, a)
     inner = math.sqrt(2 / math.pi)
     return elementwise(
         lo,
@@ -207,6 +214,20 @@ def _gelu(lo: Lowerer, a, approximate="none"):
             ),
         ),
         a,
+    )
+
+
+def _one_plus_erf(x: Expr, c) -> Expr:
+    return call("add", c(1.0), call("erf", call("mul", x, c(math.sqrt(0.5)))))
+
+
+def _vectorized_gelu(a: object) -> bool:
+    """Whether eager runs this gelu through its vectorized float32 kernel."""
+    return (
+        isinstance(a, TV)
+        and a.dtype == torch.float32
+        and a.meta.is_contiguous()
+        and a.meta.numel() > 1
     )
 
 

@@ -210,7 +210,8 @@ def _softmax(lo: Lowerer, a: TV, dim: int, half_to_float: bool):
     def body(index):
         x = lo.load(a, index)
         e = call("exp", call("sub", x, at_row(biggest, index)))
-        return call("div", e, at_row(total, index))
+        # torch's softmax kernel scales by the reciprocal of the sum, as here.
+        return call("mul", e, call("reciprocal", at_row(total, index)))
 
     return lo.pointwise(a.sizes, a.dtype, body, lo.out_meta.stride())
 

@@ -191,6 +191,7 @@ def lower_graph(
     inputs: list[str] = []
     constants: dict[str, str] = {}
     fallback_ops: set[str] = set()
+    env_of: dict[str, TV] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise CodegenError(
@@ -204,10 +205,15 @@ def lower_graph(
                 examples[node] if node.op == "placeholder" else getattr(gm, node.target)
             )
             spec = spec_of(value)
-            name = _c_name(node.name)
+            # A constant is named by its attribute, the name the wrapper binds;
+            # several get_attr nodes may read the same one.
+            name = c_name(node.name) if node.op == "placeholder" else node.target
+            if name in lo.nodes:
+                env[node], metas[node] = env_of[name], env_of[name].meta
+                continue
             lo.nodes[name] = Input(name, spec, (node.op,))
             lo.specs[name] = spec
-            env[node] = TV(name, spec.sizes, spec.dtype, to_meta(value))
+            env[node] = env_of[name] = TV(name, spec.sizes, spec.dtype, to_meta(value))
             metas[node] = env[node].meta
             if node.op == "placeholder":
                 inputs.append(name)
@@ -292,7 +298,7 @@ _C_KEYWORDS = frozenset(
 )
 
 
-def _c_name(name: str) -> str:
+def c_name(name: str) -> str:
     return f"{name}_" if name in _C_KEYWORDS or name.startswith("buf") else name
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .indexing import ZERO, Index, Var, substitute, var
+from .indexing import ZERO, Index, Var, indirect_terms, map_indirect, substitute, var
 from .ir import (
     Call,
     Expr,
@@ -70,22 +70,32 @@ class Schedule:
     views: dict[str, AliasView] = field(default_factory=dict)
 
 
+def _substitute_index(i: Index, mapping: dict[str, Index]) -> Index:
+    return substitute(map_indirect(i, lambda v: _substitute_expr(v, mapping)), mapping)
+
+
 def _substitute_expr(e: Expr, mapping: dict[str, Index]) -> Expr:
     if isinstance(e, Load):
-        return Load(e.name, tuple(substitute(i, mapping) for i in e.index), e.dtype)
+        index = tuple(_substitute_index(i, mapping) for i in e.index)
+        return Load(e.name, index, e.dtype)
     if isinstance(e, IndexValue):
-        return IndexValue(substitute(e.index, mapping), e.dtype)
+        return IndexValue(_substitute_index(e.index, mapping), e.dtype)
     if isinstance(e, Call):
         return Call(e.op, tuple(_substitute_expr(a, mapping) for a in e.args), e.dtype)
     return e
 
 
 def inline(e: Expr, inlined: dict[str, Pointwise]) -> Expr:
-    """``e`` with every load of an inlined pointwise node replaced by its expression."""
-    if isinstance(e, Load) and e.name in inlined:
-        node = inlined[e.name]
-        mapping = {f"i{d}": idx for d, idx in enumerate(e.index)}
-        return _substitute_expr(node.expr, mapping)
+    """``e`` with every load of an inlined pointwise node replaced by its
+    expression, inside indirect indices too."""
+    if isinstance(e, Load):
+        index = tuple(map_indirect(i, lambda v: inline(v, inlined)) for i in e.index)
+        if e.name not in inlined:
+            return Load(e.name, index, e.dtype)
+        mapping = {f"i{d}": idx for d, idx in enumerate(index)}
+        return _substitute_expr(inlined[e.name].expr, mapping)
+    if isinstance(e, IndexValue):
+        return IndexValue(map_indirect(e.index, lambda v: inline(v, inlined)), e.dtype)
     if isinstance(e, Call):
         return Call(e.op, tuple(inline(a, inlined) for a in e.args), e.dtype)
     return e
@@ -132,6 +142,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             node.name in needs_tensor
             and isinstance(node, Pointwise)
             and isinstance(node.expr, Load)
+            and not any(indirect_terms(i) for i in node.expr.index)
             and isinstance(by_name.get(node.expr.name), Pointwise)
         ):
             needs_tensor.add(node.expr.name)
