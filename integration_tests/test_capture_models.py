@@ -175,3 +175,56 @@ def test_graph_breaks_through_every_backend_match_eager(capsys):
             assert torch.is_grad_enabled()
     explained = ember.explain(PrintingBlock())(torch.rand(2, 8))
     assert explained.graph_break_count == 4  # three prints and the branch
+
+
+def test_edge_cases_found_in_review(capsys):
+    import functools
+
+    def gen(x):
+        yield x * 2
+
+    def no_grad_break(x):
+        with torch.no_grad():
+            y = x * 2
+            print("inside")
+            z = y + 1
+        return z
+
+    def appends(xs, x):
+        xs.append(x * 2)
+        print("between")
+        xs.append(x * 3)
+        return xs
+
+    def halving(x):
+        while x.abs().sum() > 1:  # a data-dependent while loop
+            x = x / 2
+        return x
+
+    def decorator(fn):
+        @functools.wraps(fn)
+        def inner(*args):
+            return fn(*args)
+
+        return inner
+
+    @decorator
+    def wrapped(x):
+        return x + 1
+
+    for backend in ("eager", "aot_eager", "ember"):
+        ember.reset()
+        compiled_gen = ember.compile(gen, backend=backend)(torch.ones(2))
+        (first,) = compiled_gen
+        assert first.tolist() == [2.0, 2.0]
+        x = torch.randn(3, requires_grad=True)
+        out = ember.compile(no_grad_break, backend=backend)(x)
+        assert not out.requires_grad and torch.is_grad_enabled()
+        xs = []
+        result = ember.compile(appends, backend=backend)(xs, torch.ones(1))
+        assert result is xs and len(xs) == 2
+        y = torch.randn(64) * 100
+        torch.testing.assert_close(
+            ember.compile(halving, backend=backend)(y), halving(y)
+        )
+        torch.testing.assert_close(ember.compile(wrapped, backend=backend)(x), x + 1)

@@ -18,7 +18,7 @@ import torch
 
 from . import calls
 from .guards import Guard, GuardKind
-from .source import AttrSource, HasAttrSource, ItemSource, NamedMembersSource
+from .source import HasAttrSource, ModuleEntrySource, NamedMembersSource
 from .variables import (
     ConstValue,
     DataclassValue,
@@ -505,18 +505,12 @@ def _asdict(tx, nt: NamedTupleValue) -> Value:
 
 
 def _member_source(module: ModuleValue, dotted: str, table: str):
-    """Where ``module.<dotted>`` lives: attribute reads where the names allow."""
+    """Where ``module.<dotted>`` lives, read through the modules' own tables."""
     *path, leaf = dotted.split(".")
     source = module.source
     for part in path:
-        source = (
-            AttrSource(source, part)
-            if part.isidentifier()
-            else ItemSource(AttrSource(source, "_modules"), part)
-        )
-    if leaf.isidentifier():
-        return AttrSource(source, leaf)
-    return ItemSource(AttrSource(source, table), leaf)
+        source = ModuleEntrySource(source, "_modules", part)
+    return ModuleEntrySource(source, table, leaf)
 
 
 def _named(tx, module: ModuleValue, pairs, table: str, with_names: bool) -> Value:

@@ -15,6 +15,8 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from . import opcodes
 from .errors import CaptureError
 from .output_graph import OutputGraph
@@ -133,6 +135,7 @@ class Interpreter:
             self.kw_names,
             len(self.output.graph.nodes),
             len(self.output.side_effects),
+            torch.is_grad_enabled(),
             self.lineno,
             _contents(self.stack, self.locals)
             if inst.opname.startswith("CALL")
@@ -357,6 +360,7 @@ class BreakPoint:
     kw_names: tuple[str, ...]
     graph_nodes: int  # nodes in the graph before the instruction ran
     side_effects: int  # writes recorded before the instruction ran
+    grad_enabled: bool  # the grad mode the instruction runs under
     lineno: int
     # (container, shallow copy) for the lists and dicts a call could mutate
     contents: tuple[tuple[Value, object], ...]
@@ -390,9 +394,7 @@ def _cell_source(fn_source: Source, code: types.CodeType, name: str) -> Source:
 
 # What the user wrote, for opcodes capture does not handle yet (by opname prefix).
 _CONSTRUCTS = {
-    "STORE_ATTR": "assigning an attribute",
     "DELETE_ATTR": "deleting an attribute",
-    "STORE_GLOBAL": "assigning a global variable",
     "DELETE_SUBSCR": "deleting an item",
     "PUSH_EXC_INFO": "exception handling",
     "SEND": "yield from or await",

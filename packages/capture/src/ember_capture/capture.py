@@ -24,6 +24,10 @@ from .result import CaptureResult
 from .side_effects import written_values
 from .source import ClosureSource, GlobalsSource
 
+_NOT_A_PLAIN_CALL = (
+    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+)
+
 
 def capture(fn: Callable, *args: object, **kwargs: object) -> CaptureResult:
     """Capture ``fn(*args, **kwargs)``; raises CaptureError on unsupported code.
@@ -37,7 +41,8 @@ def capture(fn: Callable, *args: object, **kwargs: object) -> CaptureResult:
         raise TypeError(
             f"capture() takes a Python function or method, not {type(fn).__name__}"
         )
-    bound = inspect.signature(fn).bind(*args, **kwargs)
+    # The function's own parameters, not those of a function it wraps.
+    bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
     bound.apply_defaults()
     return capture_frame(fn, dict(bound.arguments))
 
@@ -50,6 +55,13 @@ def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> Captur
             fn.__code__.co_filename,
             fn.__code__.co_firstlineno,
             "ember captures Python 3.11 bytecode; run on 3.11",
+        )
+    if fn.__code__.co_flags & _NOT_A_PLAIN_CALL:
+        raise CaptureError(
+            f"compiling generator or coroutine function {fn.__qualname__}",
+            fn.__code__.co_filename,
+            fn.__code__.co_firstlineno,
+            "compile the function that consumes it",
         )
     output = OutputGraph()
     tx = Interpreter(
@@ -65,6 +77,7 @@ def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> Captur
     try:
         with torch.set_grad_enabled(torch.is_grad_enabled()):
             returned = tx.run()
+            grad_at_return = torch.is_grad_enabled()
     except CaptureError as error:
         result = graph_break.finish_at_break(fn, output, f_locals, error)
         if result is None:
@@ -74,6 +87,7 @@ def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> Captur
     emitter.call_graph([returned, *written_values(output.side_effects)])
     try:
         emitter.replay(output.side_effects)
+        emitter.set_grad_mode(grad_at_return)
         emitter.body.append(f"return {emitter.expr(returned)}")
     except TypeError as e:
         raise CaptureError(str(e), *tx.location()) from e

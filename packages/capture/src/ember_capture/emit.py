@@ -14,7 +14,7 @@ import torch.fx
 from . import transform
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
-from .side_effects import AttrWrite, ContentsWrite, GlobalWrite, SideEffect
+from .side_effects import AttrWrite, GlobalWrite, SideEffect
 from .source import GLOBALS_CELL
 from .variables import (
     BoundFunctionValue,
@@ -74,6 +74,13 @@ class Emitter:
         self.body.append(f"{GRAPH_OUT} = {GRAPH_NAME}({inputs})")
         log.debug("captured %s:\n%s", self.fn.__qualname__, gm.code)
 
+    def set_grad_mode(self, enabled: bool) -> None:
+        """Leave grad mode as the function does here: a graph run by aotgrad's
+        compiled code does not switch it itself."""
+        if enabled != self.output.initial_grad_enabled:
+            switch = self.constant(torch._C._set_grad_enabled)
+            self.body.append(f"{switch}({enabled})")
+
     def replay(self, effects: list[SideEffect]) -> None:
         """Statements that redo capture's recorded writes, in order."""
         for effect in effects:
@@ -87,11 +94,11 @@ class Emitter:
                 self.body.append(f"{target}[{effect.name!r}] = {value}")
             elif isinstance(effect.container, ListValue):
                 target = effect.container.source.code()
-                self.body.append(f"{target}[:] = {self.expr(effect.container)}")
+                self.body.append(f"{target}[:] = {self._contents(effect.container)}")
             else:
                 target = effect.container.source.code()
                 self.body.append(f"{target}.clear()")
-                self.body.append(f"{target}.update({self.expr(effect.container)})")
+                self.body.append(f"{target}.update({self._contents(effect.container)})")
 
     def expr(self, v: Value) -> str:
         """Python that evaluates to the real object ``v`` stands for.
@@ -108,19 +115,10 @@ class Emitter:
         if isinstance(v, TupleValue):
             items = [self.expr(i) for i in v.items]
             return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-        if (
-            isinstance(v, (ListValue, DictValue))
-            and v.source is not None
-            and (not self._changed(v))
-        ):
-            return v.source.code()  # the caller's own list or dict, unchanged
-        if isinstance(v, ListValue):
-            return f"[{', '.join(self.expr(i) for i in v.items)}]"
-        if isinstance(v, DictValue):
-            entries = [
-                f"{self.constant(k)}: {self.expr(i)}" for k, i in v.items.items()
-            ]
-            return "{" + ", ".join(entries) + "}"
+        if isinstance(v, (ListValue, DictValue)):
+            if v.source is not None:  # the caller's own object (replay updated it)
+                return v.source.code()
+            return self._contents(v)
         if isinstance(v, NamedTupleValue):
             items = ", ".join(self.expr(i) for i in v.items)
             return f"{self.constant(v.cls)}({items})"
@@ -138,11 +136,14 @@ class Emitter:
             return self.constant(v.value)
         raise TypeError(f"a {type(v).__name__} has no value outside capture")
 
-    def _changed(self, container: Value) -> bool:
-        return any(
-            isinstance(e, ContentsWrite) and e.container is container
-            for e in self.output.side_effects
-        )
+    def _contents(self, container: ListValue | DictValue) -> str:
+        """A new list or dict literal holding ``container``'s items."""
+        if isinstance(container, ListValue):
+            return f"[{', '.join(self.expr(i) for i in container.items)}]"
+        entries = [
+            f"{self.constant(k)}: {self.expr(i)}" for k, i in container.items.items()
+        ]
+        return "{" + ", ".join(entries) + "}"
 
     def constant(self, value: object) -> str:
         """A literal for ``value``, or the name of a closure cell holding it."""

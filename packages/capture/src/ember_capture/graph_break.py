@@ -38,6 +38,9 @@ from .variables import (
     Value,
 )
 
+# A break in a for loop resumes once per iteration left, each in a nested call:
+# past this many the function runs eagerly instead.
+MAX_LOOP_RESUMES = 32
 RESULT = "___call_result"
 CONTEXT = "___context"
 EXIT = "___context_exit"
@@ -72,6 +75,11 @@ def finish_at_break(
     name = point.inst.opname
     if name not in ("CALL", "BEFORE_WITH") and name not in _JUMPS:
         return None
+    if _inside_while_loop(code, point.inst.offset) or any(
+        isinstance(v, IteratorValue) and len(v.items) - v.position > MAX_LOOP_RESUMES
+        for v in point.stack
+    ):
+        return None  # each iteration would resume in a new nested call
     handlers = handlers_covering(code, point.inst.offset)
     exits = [v for v in point.stack if isinstance(v, ContextExitValue)]
     if "try" in handlers or len(handlers) != len(exits):
@@ -91,6 +99,7 @@ def finish_at_break(
     emitter.call_graph([*point.stack, *live.values(), *written])
     try:
         emitter.replay(output.side_effects)
+        emitter.set_grad_mode(point.grad_enabled)
         locals_ = [
             emitter.expr(v) if isinstance(v, Value) else v for v in live.values()
         ]
@@ -107,6 +116,20 @@ def finish_at_break(
         args = ", ".join([e for _, e in stack if e is not None] + locals_)
         emitter.body.append(f"{indent}return {RESUME_CELL}{i}({args})")
     return emitter.result(tuple(codes), error)
+
+
+def _inside_while_loop(code: types.CodeType, offset: int) -> bool:
+    """A backward jump from after ``offset`` to before it, with no for loop's
+    iterator involved: the loop would re-enter the resume function each time."""
+    instructions = list(dis.get_instructions(code))
+    for_heads = {i.offset for i in instructions if i.opname == "FOR_ITER"}
+    return any(
+        i.opname.startswith(("JUMP_BACKWARD", "POP_JUMP_BACKWARD"))
+        and i.offset > offset
+        and i.argval <= offset
+        and i.argval not in for_heads
+        for i in instructions
+    )
 
 
 def _live_locals(code, point: BreakPoint, f_locals) -> dict[str, Value | str]:

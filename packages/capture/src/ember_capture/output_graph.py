@@ -78,9 +78,9 @@ class OutputGraph:
 
     def __init__(self) -> None:
         self.graph = torch.fx.Graph()
-        self.guards = GuardSet(
-            [Guard(GuardKind.GLOBAL_STATE, None, GlobalState.current())]
-        )
+        state = GlobalState.current()
+        self.guards = GuardSet([Guard(GuardKind.GLOBAL_STATE, None, state)])
+        self.initial_grad_enabled = state.grad_enabled
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
         self._inputs_by_source: dict[Source, TensorValue] = {}

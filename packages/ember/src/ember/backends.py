@@ -67,7 +67,7 @@ def _eager(config: Config, log: CompileLog, counters: Counters) -> Backend:
 
 @register_backend("aot_eager")
 def _aot_eager(config: Config, log: CompileLog, counters: Counters) -> Backend:
-    def make_compiler(notes: list[Note]) -> Compiler:
+    def make_compiler(notes: list[Note], guarded: bool) -> Compiler:
         def run_with_torch(aten_gm, example_inputs):
             return aten_gm
 
@@ -78,7 +78,7 @@ def _aot_eager(config: Config, log: CompileLog, counters: Counters) -> Backend:
 
 @register_backend("ember")
 def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
-    def make_compiler(notes: list[Note]) -> Compiler:
+    def make_compiler(notes: list[Note], guarded: bool) -> Compiler:
         def codegen(aten_gm, example_inputs):
             try:
                 with counters.timed("codegen"):
@@ -87,6 +87,8 @@ def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
                         example_inputs,
                         target=config.codegen_target,
                         cache_dir=config.cache_dir / "kernels",
+                        # The guards already checked these inputs' metadata.
+                        check_inputs=not guarded,
                     )
             except ember_codegen.CodegenError as e:
                 message = (
@@ -103,7 +105,8 @@ def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
 
 
 class _CachedAotBackend:
-    """aotgrad with a compiler from ``make_compiler``, behind the graph cache.
+    """aotgrad with compilers from ``make_compiler(notes, guarded)``, behind the
+    graph cache (``guarded``: the compiled graph's inputs are checked by guards).
 
     A hit rebuilds the callable from the entry (no tracing, no compiling) and
     repeats the warnings compiling gave; a miss compiles and stores the result.
@@ -112,7 +115,7 @@ class _CachedAotBackend:
     def __init__(
         self,
         name: str,
-        make_compiler: Callable[[list[Note]], Compiler],
+        make_compiler: Callable[[list[Note], bool], Compiler],
         config: Config,
         log: CompileLog,
         counters: Counters,
@@ -160,10 +163,15 @@ class _CachedAotBackend:
         """The compiled callable, and what makes its cache entry (serializing may
         compile the backward now, which can add notes)."""
         notes: list[Note] = []
-        compiler = self.make_compiler(notes)
+        # The forward's inputs are the guarded ones; the backward's (saved tensors,
+        # tangents) are not guarded, so its compiled code checks them itself.
+        forward = self.make_compiler(notes, True)
+        backward = self.make_compiler(notes, False)
         try:
             with _exclusive(self.counters, "aotgrad", "codegen"):
-                compiled = ember_aotgrad.aot_compile(gm, example_inputs, compiler)
+                compiled = ember_aotgrad.aot_compile(
+                    gm, example_inputs, forward, backward
+                )
         except ember_aotgrad.AotGradError as e:
             # The torch-level graph still runs correctly under torch's autograd.
             # (torch.fx appends the failing node to the message: keep the reason.)

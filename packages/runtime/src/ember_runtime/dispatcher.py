@@ -155,7 +155,7 @@ def user_stacklevel() -> int:
 
 def _binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
     """Fast mapping of a call's arguments to the function's initial locals."""
-    sig = inspect.signature(fn)
+    sig = inspect.signature(fn, follow_wrapped=False)
     code = fn.__code__
     simple = (
         not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
