@@ -27,6 +27,11 @@ class MemoryPlan:
     reused: int = 0  # how many allocations took a dead buffer's memory
 
 
+# Below this size a fresh tensor from torch's allocator costs less than viewing a
+# dead buffer's memory as a new tensor (a few µs of Python per reuse).
+MIN_REUSE_BYTES = 16 * 1024
+
+
 def nbytes(spec: TensorSpec) -> int:
     """Bytes a tensor with this layout spans from its first element."""
     if any(s == 0 for s in spec.sizes):
@@ -67,7 +72,7 @@ def plan_memory(
                     continue
                 need = nbytes(specs[stage.name])
                 fits = (
-                    [f for f in free if f[0] >= need > 0]
+                    [f for f in free if f[0] >= need >= MIN_REUSE_BYTES]
                     if stage.name not in outputs
                     else []
                 )
