@@ -191,7 +191,7 @@ def _torch_callables() -> frozenset[int]:
         torch._C.TensorBase,
     ):
         # vars(), not dir()+getattr(): torch loads some submodules lazily on
-        # attribute access (torch.export would import torch's own compiler).
+        # attribute access (its export submodule imports torch's own compiler).
         for name, obj in vars(namespace).items():
             if name.startswith("_") or name in _TORCH_SIDE_EFFECTS:
                 continue
