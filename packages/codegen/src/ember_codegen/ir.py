@@ -145,14 +145,6 @@ class Extern:
 Node = Input | Pointwise | Reduction | Extern
 
 
-def node_names(node: Node) -> tuple[str, ...]:
-    return (
-        tuple(o for o in node.outputs if o)
-        if isinstance(node, Extern)
-        else (node.name,)
-    )
-
-
 def loads(e: Expr) -> list[Load]:
     """Every Load in ``e``, depth first, those inside indirect indices included."""
     if isinstance(e, Load):
