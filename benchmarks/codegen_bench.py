@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.fx
+from timing import steady_ms
 
 from ember_codegen import compile_graph
 
@@ -74,17 +75,6 @@ WORKLOADS: dict[str, tuple[Callable, Callable[[], tuple]]] = {
         lambda: (torch.randn(4096, 1024), torch.randn(1024), torch.randn(1024)),
     ),
 }
-
-
-def steady_ms(fn: Callable, args: tuple, repeats: int) -> float:
-    for _ in range(3):
-        fn(*args)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def compile_seconds(fn: Callable, args: tuple, cache_dir: Path) -> float:

@@ -9,11 +9,10 @@ separately. Run with `nox -s bench` (or `python benchmarks/run.py`).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
+from timing import first_call_seconds, steady_ms
 
 import ember
 from ember.demo import Block
@@ -34,23 +33,6 @@ WORKLOADS = {
     "thin path (256x512 @ 512x512)": thin_path,
     "demo block": transformer_block,
 }
-
-
-def first_call_seconds(fn: Callable, args: tuple) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
-
-
-def steady_ms(fn: Callable, args: tuple, repeats: int) -> float:
-    for _ in range(3):
-        fn(*args)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ import types
 from collections.abc import Callable
 
 import torch
-from torch.nn.modules import module as nn_module
 
+from ember_capture import module_has_no_hooks
 from ember_runtime import (
     Dispatcher,
     GuardedEntry,
@@ -32,20 +32,6 @@ from ember_runtime import (
     compile_guards,
     native_available,
 )
-
-
-def no_hooks(module: torch.nn.Module) -> bool:
-    """capture's NO_HOOKS guard: calling the module runs exactly its forward."""
-    return not (
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
-        or nn_module._global_forward_hooks
-        or nn_module._global_forward_pre_hooks
-        or nn_module._global_backward_hooks
-        or nn_module._global_backward_pre_hooks
-    )
 
 
 def global_state() -> tuple:
@@ -64,7 +50,7 @@ def build_spec(
     tensors (for messages), ``read_sources`` are the expressions that read them,
     ``others`` is the generated expression for every non-tensor guard."""
     scope = {
-        "___no_hooks": no_hooks,
+        "___no_hooks": module_has_no_hooks,
         "___global_state": global_state,
         "___state": global_state(),
         "___type_self": type(f_locals.get("self")),
