@@ -39,7 +39,7 @@ def compile_and_run(fn, args, tmp_path, backend="ember", **options):
 
 
 _CHILD = """
-import json, torch, ember
+import json, sys, torch, ember
 from ember.demo import Block
 torch.manual_seed(0)
 model = Block(dim=16, heads=2).eval()
@@ -47,7 +47,11 @@ x = torch.randn(2, 5, 16)
 compiled = ember.compile(model)
 with torch.no_grad():
     diff = (compiled(x) - model(x)).abs().max().item()
-print(json.dumps({"cache": compiled._compiled_forward.log.cache_results, "diff": diff}))
+print(json.dumps({
+    "cache": compiled._compiled_forward.log.cache_results,
+    "diff": diff,
+    "meta_kernels_ran": "torch._dynamo" in sys.modules,
+}))
 """
 
 
@@ -75,6 +79,10 @@ def test_new_processes_store_at_once_then_load(tmp_path):
     assert len(list((tmp_path / "graphs" / "artifacts").iterdir())) == 1
     warm = child_result(start_child(tmp_path))
     assert warm["cache"] == ["hit"] and warm["diff"] < 1e-4
+    # Capture replayed the meta results the cold processes stored, so torch's
+    # Python meta kernels (which import torch._dynamo) never ran.
+    assert len(list((tmp_path / "meta" / "artifacts").iterdir())) == 1
+    assert not warm["meta_kernels_ran"]
 
 
 @pytest.mark.parametrize("backend", ["ember", "aot_eager"])

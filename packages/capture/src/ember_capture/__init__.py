@@ -16,6 +16,7 @@ from .guards import (
     TensorSpec,
     module_has_no_hooks,
 )
+from .meta_memo import remember_meta_results
 from .result import CapturedGraph, CaptureResult
 from .source import (
     AttrSource,
@@ -47,4 +48,5 @@ __all__ = [
     "capture",
     "capture_frame",
     "module_has_no_hooks",
+    "remember_meta_results",
 ]

@@ -11,7 +11,7 @@ import types
 import torch
 import torch.fx
 
-from . import transform
+from . import meta_memo, transform
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
 from .side_effects import AttrWrite, GlobalWrite, SideEffect
@@ -178,4 +178,5 @@ class Emitter:
             self.cells,
             resume_codes,
             break_reason,
+            meta_memo.MEMO.export(self.output.meta_keys),
         )

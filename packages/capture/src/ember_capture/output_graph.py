@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from . import meta_memo
 from .errors import CaptureError
 from .grad_mode import GradModeExit
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
@@ -92,6 +93,7 @@ class OutputGraph:
         self._containers: dict[int, tuple[object, Value]] = {}  # one value per list
         self.frames: list = []  # the interpreters now running, innermost last
         self.steps = 0  # bytecode instructions interpreted, over all frames
+        self.meta_keys: set[str] = set()  # meta_memo entries this capture used
 
     # -- values from the frame -------------------------------------------------
 
@@ -235,11 +237,7 @@ class OutputGraph:
         except TypeError as e:
             raise self.error(f"{_op_name(kind, target)}: {e}") from e
         try:
-            if kind == "call_method":
-                self_meta, *rest = meta_args
-                result = getattr(self_meta, target)(*rest, **meta_kwargs)
-            else:
-                result = target(*meta_args, **meta_kwargs)
+            result = self._run_on_meta(kind, target, meta_args, meta_kwargs)
         except Exception as e:
             raise self.error(
                 f"{_op_name(kind, target)} on these inputs ({type(e).__name__}: "
@@ -254,6 +252,25 @@ class OutputGraph:
         filename, lineno = self.location()
         node.meta["user_loc"] = f"{filename}:{lineno}"
         return self._unpack_result(node, result, device, kind, target)
+
+    def _run_on_meta(self, kind, target, meta_args, meta_kwargs) -> object:
+        """The op's example output: replayed from the memo when it has an entry
+        for these inputs' metadata, else computed by the meta kernel and memoized."""
+        memo_key = meta_memo.key(kind, target, meta_args, meta_kwargs)
+        if memo_key is not None:
+            text, inputs, before = memo_key
+            self.meta_keys.add(text)
+            result = meta_memo.MEMO.replay(text, inputs)
+            if result is not meta_memo.MISS:
+                return result
+        if kind == "call_method":
+            self_meta, *rest = meta_args
+            result = getattr(self_meta, target)(*rest, **meta_kwargs)
+        else:
+            result = target(*meta_args, **meta_kwargs)
+        if memo_key is not None:
+            meta_memo.MEMO.record(text, inputs, before, result)
+        return result
 
     def _unpack_result(self, node, result, device, kind, target) -> Value:
         if result is None:  # an in-place op such as setitem

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch.fx
 
@@ -49,6 +49,9 @@ class CaptureResult:
     cell_values: dict[str, object]
     resume_codes: tuple[types.CodeType, ...] = ()
     break_reason: CaptureError | None = None
+    # The meta_memo entries this capture used: a cache may keep them for later
+    # processes (``ember_capture.remember_meta_results``).
+    meta_results: Mapping[str, list] = field(default_factory=dict)
 
     def build(
         self, compiled: Sequence[Callable], hook: Callable | None = None

@@ -19,6 +19,7 @@ import ember_capture
 from ember_runtime import Counters, Dispatcher
 
 from .backends import Backend, CompileLog, resolve_backend
+from .cache import MetaResultsCache
 from .config import Config
 from .convert import BreakReason, make_convert
 
@@ -82,6 +83,7 @@ class _Context:
         self.fullgraph = fullgraph
         self.config = config
         self.log = log
+        self.meta_cache = MetaResultsCache(config.cache_dir / "meta")
         self.breaks: list[BreakReason] = []
         self._functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -102,6 +104,7 @@ class _Context:
             breaks=self.breaks,
             hook=self.hook,
             counters=counters,
+            meta_cache=self.meta_cache,
         )
         dispatcher = Dispatcher(
             fn,

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.fx
 
+import ember_capture
 from ember_runtime import ArtifactStore, cache_key, environment_versions
 
 DISTRIBUTIONS = (
@@ -237,3 +238,55 @@ class GraphCache:
     def put(self, key: str, entry: CachedGraph) -> bool:
         """Stores ``entry``; False when it is larger than the store's size cap."""
         return self.store.put(key, entry.to_bytes())
+
+
+class MetaResultsCache:
+    """Per function, the meta-kernel results its captures used (ember_capture's
+    ``meta_results``), so capture in a new process replays them instead of running
+    torch's meta kernels (the first of which imports torch._dynamo, about a second).
+
+    Entries are facts about torch's own ops for given metadata, so the key is the
+    function's place in the user's code (only to choose what to load) and the
+    environment; an edited function at most misses."""
+
+    def __init__(self, root: Path) -> None:
+        self.store = ArtifactStore(root)
+        self._known: dict[str, set[str]] = {}  # key -> entries loaded or stored
+
+    def load(self, fn: types.FunctionType) -> None:
+        """Hands this function's stored entries to capture, once per process."""
+        key = self._key(fn)
+        if key in self._known:
+            return
+        entries = self._read(key)
+        ember_capture.remember_meta_results(entries)
+        self._known[key] = set(entries)
+
+    def save(self, fn: types.FunctionType, entries: Mapping[str, list]) -> None:
+        """Stores ``entries`` with what is already kept for ``fn``, if any is new."""
+        key = self._key(fn)
+        known = self._known.setdefault(key, set())
+        if set(entries) <= known:
+            return
+        merged = {**self._read(key), **entries}
+        self.store.put(key, json.dumps(merged).encode())
+        known.update(merged)
+
+    def _read(self, key: str) -> dict[str, list]:
+        data = self.store.get(key)
+        if data is None:
+            return {}
+        try:
+            entries = json.loads(data)
+        except ValueError:
+            return {}
+        return entries if isinstance(entries, dict) else {}
+
+    @staticmethod
+    def _key(fn: types.FunctionType) -> str:
+        code = fn.__code__
+        return cache_key(
+            kind="meta-results",
+            function=f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}",
+            environment=environment_text(),
+        )

@@ -23,6 +23,7 @@ from ember_runtime import (
 )
 
 from .backends import Backend, CompileLog
+from .cache import MetaResultsCache
 from .logs import warn_user
 
 
@@ -46,14 +47,18 @@ def make_convert(
     breaks: list[BreakReason],
     hook: Callable[[Callable], Callable],
     counters: Counters,
+    meta_cache: MetaResultsCache | None = None,
 ) -> Callable[[tuple, dict], Entry | None]:
     """The Dispatcher's ``convert`` for ``fn``: capture, compile each graph with
     ``backend``, and build the transformed function (``hook`` compiles what runs
-    after a graph break). None when capture cannot handle ``fn`` at all."""
+    after a graph break). None when capture cannot handle ``fn`` at all.
+    ``meta_cache`` keeps the meta-kernel results capture used across processes."""
 
     def convert(args: tuple, kwargs: dict) -> Entry | None:
         try:
             with counters.timed("capture"):
+                if meta_cache is not None:
+                    meta_cache.load(fn)
                 result = ember_capture.capture(fn, *args, **kwargs)
         except ember_capture.CaptureError as e:
             if fullgraph:
@@ -66,6 +71,8 @@ def make_convert(
                 raise result.break_reason
             reason = result.break_reason
             breaks.append(BreakReason(reason.reason, reason.location))
+        if meta_cache is not None:
+            meta_cache.save(fn, result.meta_results)
         compiled = []
         for graph in result.graphs:
             log.graphs.append(graph.gm)
