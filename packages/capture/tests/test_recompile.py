@@ -240,3 +240,16 @@ def test_user_code_raising_raises_like_eager():
     cache = CaptureCache(f)
     with pytest.raises(IndexError):
         cache(torch.randn(2), [1, 2])
+
+
+def scaled_by_float(x, scale):
+    return torch.relu(x * scale) - scale
+
+
+def test_float_arguments_are_graph_inputs_not_guarded_values():
+    cache = CaptureCache(scaled_by_float)
+    x = torch.randn(3, 4)
+    calls = [((x, s), 1) for s in (0.5, 1.5, -2.25, 1e30)]
+    calls += [((x, 3), 2)]  # an int is another type: captured again
+    calls += [((x.long(), 0.5), 3), ((x.long(), 1.5), 4)]  # int tensor: by value
+    check(cache, scaled_by_float, calls)

@@ -193,6 +193,24 @@ def test_data_dependent_branch_breaks_the_graph_and_stays_correct():
     assert reason.location == f"{__file__}:{data_dependent.__code__.co_firstlineno + 1}"
 
 
+def normalized_by_item(x, y):
+    peak = x.abs().max().item()
+    return torch.tanh(y / peak) * 0.5 + peak
+
+
+@pytest.mark.parametrize("backend", ["ember", "aot_eager"])
+def test_item_values_reach_the_compiled_code_as_inputs(backend):
+    before = ember.stats()["compiles"]
+    compiled = ember.compile(normalized_by_item, backend=backend)
+    for _ in range(10):
+        x, y = torch.randn(5), torch.randn(4, 5)
+        torch.testing.assert_close(
+            compiled(x, y), normalized_by_item(x, y), rtol=0, atol=1e-6
+        )
+    # the function and its resume function, once each, whatever value .item() gives
+    assert ember.stats()["compiles"] - before == 2
+
+
 def test_unsupported_function_runs_eagerly_with_one_warning():
     compiled = ember.compile(cannot_resume)
     with warnings.catch_warnings(record=True) as caught:

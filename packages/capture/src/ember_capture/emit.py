@@ -15,12 +15,13 @@ from . import meta_memo, transform
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
 from .side_effects import AttrWrite, GlobalWrite, SideEffect
-from .source import GLOBALS_CELL
+from .source import FLOAT_TENSOR_CELL, GLOBALS_CELL, FloatTensorSource
 from .variables import (
     BoundFunctionValue,
     ConstValue,
     DataclassValue,
     DictValue,
+    FloatInputValue,
     ListValue,
     MethodValue,
     ModuleValue,
@@ -36,6 +37,10 @@ log = logging.getLogger("ember.capture")
 
 GRAPH_NAME = "__ember_graph0"
 GRAPH_OUT = "__ember_out0"
+
+
+def _float_tensor(value: float) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.float64)
 
 
 class Emitter:
@@ -70,6 +75,8 @@ class Emitter:
                 f"{code.co_filename}:{code.co_firstlineno}",
             )
         )
+        if any(isinstance(s, FloatTensorSource) for s in self.output.input_sources):
+            self.cells[FLOAT_TENSOR_CELL] = _float_tensor
         inputs = ", ".join(s.code() for s in self.output.input_sources)
         self.body.append(f"{GRAPH_OUT} = {GRAPH_NAME}({inputs})")
         log.debug("captured %s:\n%s", self.fn.__qualname__, gm.code)
@@ -131,6 +138,8 @@ class Emitter:
             method_type = self.constant(types.MethodType)
             return f"{method_type}({v.source.code()}, {self.expr(v.receiver)})"
         if isinstance(v, (ModuleValue, UserObjectValue, ObjectValue)) and v.source:
+            return v.source.code()
+        if isinstance(v, FloatInputValue):  # still unguarded: pass it on as read
             return v.source.code()
         if isinstance(v, (ConstValue, ObjectValue, ModuleValue)):
             return self.constant(v.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
 import operator
 import os
 import re
@@ -24,13 +25,22 @@ from .errors import CaptureError
 from .grad_mode import GradModeExit
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
 from .side_effects import AttrWrite, ContentsWrite, GlobalWrite, SideEffect
-from .source import AttrSource, ItemSource, KeysSource, LenSource, Source
+from .source import (
+    AttrSource,
+    FloatTensorSource,
+    ItemSource,
+    KeysSource,
+    LenSource,
+    LocalSource,
+    Source,
+)
 from .variables import (
     BoundFunctionValue,
     ConstValue,
     ContextExitValue,
     DataclassValue,
     DictValue,
+    FloatInputValue,
     ListValue,
     MethodValue,
     ModuleValue,
@@ -101,8 +111,13 @@ class OutputGraph:
         """An interpreter value for ``value`` read from ``source``, with its guard."""
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, source)
+        if type(value) is float and type(source) is LocalSource:
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, float))
+            return FloatInputValue(
+                value, source, functools.partial(self._guard_value, source, value)
+            )
         if isinstance(value, CONSTANT_TYPES):
-            self.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (type(value), value)))
+            self._guard_value(source, value)
             return ConstValue(value, source)
         if isinstance(value, torch.nn.Module):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
@@ -158,6 +173,9 @@ class OutputGraph:
             "compiled function",
         )
 
+    def _guard_value(self, source: Source, value: object) -> None:
+        self.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (type(value), value)))
+
     def wrap_builtin(self, name: str, globals_source: Source | None) -> Value:
         if globals_source is not None:
             self.guards.add(Guard(GuardKind.KEY_NOT_IN, globals_source, name))
@@ -201,6 +219,22 @@ class OutputGraph:
         self._inputs_by_id[id(value)] = wrapped
         return wrapped
 
+    def _float_tensor(self, value: FloatInputValue) -> TensorValue:
+        """The graph input that carries a float argument, once per argument."""
+        source = FloatTensorSource(value.source)
+        if source in self._inputs_by_source:
+            return self._inputs_by_source[source]
+        example = torch.tensor(value.peek(), dtype=torch.float64)
+        node = self.graph.placeholder(_placeholder_name(value.source))
+        meta = _to_meta(example)
+        node.meta["example_value"] = meta
+        node.meta["source"] = source.name()
+        self.input_sources.append(source)
+        self.example_inputs.append(example)
+        wrapped = TensorValue(node, meta, example.device, source)
+        self._inputs_by_source[source] = wrapped
+        return wrapped
+
     # -- side effects -------------------------------------------------------------
 
     def write_attr(self, target: Value, name: str, value: Value) -> None:
@@ -231,6 +265,11 @@ class OutputGraph:
         The example output is computed by running the same op on the meta tensors of
         the inputs, so sizes, strides and dtypes follow torch's own rules.
         """
+        if _takes_float_inputs(kind, target, args):
+            args = tuple(
+                self._float_tensor(a) if isinstance(a, FloatInputValue) else a
+                for a in args
+            )
         try:
             node_args, node_kwargs = _plain((args, kwargs), _node_of)
             meta_args, meta_kwargs = _plain((args, kwargs), _meta_of)
@@ -323,6 +362,41 @@ class OutputGraph:
         return CaptureError(reason, *user, hint)
 
 
+# Arithmetic where a float argument may be a 0-d float64 tensor instead: with
+# float32 or float64 tensors the result (dtype and value: the kernels read a 0-d
+# CPU tensor as a scalar) is the same, so the float need not be guarded by value.
+_FLOAT_INPUT_FUNCTIONS = frozenset(
+    {
+        operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
+        operator.iadd, operator.isub, operator.imul, operator.itruediv,
+        torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.pow,
+    }
+)  # fmt: skip
+_FLOAT_INPUT_METHODS = frozenset(
+    {
+        "add", "sub", "mul", "div", "true_divide", "pow",
+        "add_", "sub_", "mul_", "div_",
+        "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+        "__truediv__", "__rtruediv__", "__pow__", "__rpow__",
+    }
+)  # fmt: skip
+_FLOAT_INPUT_DTYPES = (torch.float32, torch.float64)
+
+
+def _takes_float_inputs(kind: str, target: Any, args: tuple) -> bool:
+    if kind == "call_method":
+        if target not in _FLOAT_INPUT_METHODS:
+            return False
+    elif target not in _FLOAT_INPUT_FUNCTIONS:
+        return False
+    tensors = [a for a in args if isinstance(a, TensorValue)]
+    return (
+        any(isinstance(a, FloatInputValue) for a in args)
+        and bool(tensors)
+        and all(t.meta.dtype in _FLOAT_INPUT_DTYPES for t in tensors)
+    )
+
+
 def _is_namedtuple(value: object) -> bool:
     return isinstance(value, tuple) and hasattr(type(value), "_fields")
 
@@ -397,9 +471,11 @@ def _result_device(args, kwargs, kind, target) -> torch.device:
             c = a.value if isinstance(a, ConstValue) else None
             if isinstance(c, (torch.device, str)):
                 return torch.device(c)
-    for leaf in tensor_leaves((args, kwargs)):
-        return leaf.device
-    return torch.get_default_device()
+    leaves = list(tensor_leaves((args, kwargs)))
+    for leaf in leaves:  # a float taken in as a 0-d CPU tensor does not count
+        if not isinstance(leaf.source, FloatTensorSource):
+            return leaf.device
+    return leaves[0].device if leaves else torch.get_default_device()
 
 
 def _op_name(kind: str, target: Any) -> str:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 # The closure cell through which transformed code reads the function's globals.
 GLOBALS_CELL = "__ember_G"
+# The closure cell holding the function that turns a float into a graph input.
+FLOAT_TENSOR_CELL = "__ember_float_tensor"
 
 
 class Source:
@@ -65,6 +67,20 @@ class GlobalsSource(Source):
 
     def code(self) -> str:
         return GLOBALS_CELL
+
+
+@dataclass(frozen=True, slots=True)
+class FloatTensorSource(Source):
+    """A float argument, passed to a graph as a 0-d float64 tensor (read only
+    by the transformed function; its guards are on ``base``)."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"{self.base.name()} as a tensor"
+
+    def code(self) -> str:
+        return f"{FLOAT_TENSOR_CELL}({self.base.code()})"
 
 
 @dataclass(frozen=True, slots=True)

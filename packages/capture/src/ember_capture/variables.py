@@ -8,6 +8,7 @@ from. How each kind answers attribute reads and calls lives in ``calls.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +38,39 @@ class ConstValue(Value):
 
     value: object
     source: Source | None = None
+
+
+class FloatInputValue(ConstValue):
+    """A float argument of the frame, guarded by type only until code reads its
+    value: then ``specialize`` adds the guard on the value, as for any constant.
+
+    Arithmetic with floating-point tensors reads it through ``peek`` instead and
+    takes it into the graph as an input, so a new value (a loss scale, an
+    ``.item()`` passed to a resume function) reuses the compiled code."""
+
+    __slots__ = ("_specialize",)
+
+    def __init__(
+        self, value: float, source: Source, specialize: Callable[[], None]
+    ) -> None:
+        object.__setattr__(self, "_specialize", specialize)
+        super().__init__(value, source)
+
+    @property
+    def value(self) -> object:
+        self._specialize()
+        return _CONST_SLOT.__get__(self, ConstValue)
+
+    @value.setter
+    def value(self, value: object) -> None:  # only ConstValue.__init__ sets it
+        _CONST_SLOT.__set__(self, value)
+
+    def peek(self) -> float:
+        """The value, without guarding on it."""
+        return _CONST_SLOT.__get__(self, ConstValue)
+
+
+_CONST_SLOT = ConstValue.__dict__["value"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
