@@ -179,3 +179,17 @@ def test_the_graph_hash_covers_constants_and_refuses_submodules():
     assert graph_hash(with_constant(1.0)) != graph_hash(with_constant(2.0))
     with pytest.raises(Uncacheable, match="submodule"):
         graph_hash(torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU())))
+
+
+def test_an_unwritable_cache_folder_does_not_fail_a_compile(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")  # every store under it fails
+    compiled = ember.compile(mlp, options={"cache_dir": blocked})
+    args = mlp_inputs()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(*args), mlp(*args))
+    # codegen could not build its kernels: the graph ran with torch, and the
+    # warning says where and what to do
+    (message,) = [str(w.message) for w in caught if "kernel cache" in str(w.message)]
+    assert str(blocked / "kernels") in message and "EMBER_CACHE_DIR" in message

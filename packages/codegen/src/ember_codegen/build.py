@@ -116,7 +116,13 @@ def _compile(source: str, cache_dir: Path, key: str) -> None:
         raise CodegenError(
             "no C++ compiler found (set $CXX or install g++); use target='torch'"
         )
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CodegenError(
+            f"the kernel cache folder {cache_dir} cannot be created ({e}); point "
+            f"cache_dir (EMBER_CACHE_DIR for ember) at a writable folder"
+        ) from e
     cpp_path = cache_dir / f"{key}.cpp"
     _atomic_write(cpp_path, source)
     fd, tmp_so = tempfile.mkstemp(dir=cache_dir, prefix=f"{key}.", suffix=".so.tmp")

@@ -269,11 +269,17 @@ class MetaResultsCache:
         if set(entries) <= known:
             return
         merged = {**self._read(key), **entries}
-        self.store.put(key, json.dumps(merged).encode())
+        try:
+            self.store.put(key, json.dumps(merged).encode())
+        except OSError:  # an unwritable cache folder: capture just runs the kernels
+            return
         known.update(merged)
 
     def _read(self, key: str) -> dict[str, list]:
-        data = self.store.get(key)
+        try:
+            data = self.store.get(key)
+        except OSError:
+            return {}
         if data is None:
             return {}
         try:
