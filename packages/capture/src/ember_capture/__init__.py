@@ -5,6 +5,7 @@ graphs, the guards under which they may be reused, and the transformed function.
 See docs/capture.md.
 """
 
+from .call_routing import is_user_callable, route_calls
 from .capture import capture, capture_frame
 from .errors import CaptureError
 from .guards import (
@@ -47,6 +48,8 @@ __all__ = [
     "TensorSpec",
     "capture",
     "capture_frame",
+    "is_user_callable",
     "module_has_no_hooks",
     "remember_meta_results",
+    "route_calls",
 ]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from . import opcodes
+from .call_routing import user_code
 from .errors import CaptureError
 from .output_graph import OutputGraph
 from .source import (
@@ -225,7 +226,7 @@ class Interpreter:
         func = fn.value
         if not isinstance(func, types.FunctionType):
             raise self.unsupported(f"calling {func!r}")
-        code = func.__code__
+        code = user_code(func.__code__)  # a function a routed frame made
         if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
             raise self.unsupported(f"calling coroutine {func.__qualname__}")
         trusted = (func.__module__ or "").startswith("torch.")

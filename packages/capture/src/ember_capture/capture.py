@@ -16,6 +16,7 @@ import torch
 
 from . import graph_break
 from .bytecode_interp import Interpreter
+from .call_routing import unrouted
 from .emit import Emitter
 from .errors import CaptureError
 from .opcodes import SUPPORTED_VERSIONS
@@ -49,6 +50,7 @@ def capture(fn: Callable, *args: object, **kwargs: object) -> CaptureResult:
 
 def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> CaptureResult:
     """Capture ``fn`` given its bound arguments by name (its initial locals)."""
+    fn = unrouted(fn)  # capture reads the user's code, not a routed copy's
     if sys.version_info[:2] not in SUPPORTED_VERSIONS:
         raise CaptureError(
             f"Python {sys.version_info.major}.{sys.version_info.minor} bytecode",

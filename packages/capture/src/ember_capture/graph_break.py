@@ -119,13 +119,15 @@ def finish_at_break(
 
 
 def _inside_while_loop(code: types.CodeType, offset: int) -> bool:
-    """A backward jump from after ``offset`` to before it, with no for loop's
-    iterator involved: the loop would re-enter the resume function each time."""
+    """A backward jump from ``offset`` or after it to before it, with no for
+    loop's iterator involved: the loop would re-enter the resume function each
+    time. The jump itself counts: 3.11 tests a while loop's condition again at
+    its bottom with a conditional backward jump."""
     instructions = list(dis.get_instructions(code))
     for_heads = {i.offset for i in instructions if i.opname == "FOR_ITER"}
     return any(
         i.opname.startswith(("JUMP_BACKWARD", "POP_JUMP_BACKWARD"))
-        and i.offset > offset
+        and i.offset >= offset
         and i.argval <= offset
         and i.argval not in for_heads
         for i in instructions
