@@ -90,6 +90,7 @@ def test_try_block_frame_runs_eagerly_and_its_calls_compile(capsys):
     (reason,) = forward.breaks
     assert reason.location == f"{__file__}:{PRINT_LINE}"
     assert "print()" in reason.reason
+    assert "cannot resume inside a try/except/finally block" in reason.reason
     (warning,) = [str(w.message) for w in caught]
     assert "PrintsInTry.forward runs eagerly" in warning
     assert capsys.readouterr().out == "forward\n" * 6
@@ -145,6 +146,7 @@ def test_data_dependent_while_loop_stays_bounded_and_compiles_its_calls():
     assert [ops(g) for g in counter.graphs] == [["gt", "sum"], ["mul", "sub"]]
     assert [r.location for r in compiled.breaks] == [f"{__file__}:{WHILE_LINE}"] * 2
     assert all("tensor's value" in r.reason for r in compiled.breaks)
+    assert "cannot resume inside a while loop" in compiled.breaks[-1].reason
 
 
 def test_fullgraph_still_raises_for_a_frame_that_runs_eagerly(capsys):

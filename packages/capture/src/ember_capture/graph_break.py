@@ -67,30 +67,42 @@ def finish_at_break(
     error: CaptureError,
 ) -> CaptureResult | None:
     """The CaptureResult for a break at ``error.break_point``, or None when the
-    function cannot resume there (the caller then runs it without a graph)."""
+    function cannot resume there (the caller then runs it without a graph; the
+    error's reason then also says why it could not resume)."""
     point: BreakPoint | None = error.break_point
     code = fn.__code__
-    if point is None or code.co_flags & inspect.CO_GENERATOR:
+    if point is None:
         return None
+    if code.co_flags & inspect.CO_GENERATOR:
+        return _cannot_resume(error, "in a generator")
     name = point.inst.opname
     if name not in ("CALL", "BEFORE_WITH") and name not in _JUMPS:
         return None
-    if _inside_while_loop(code, point.inst.offset) or any(
+    # Each iteration would resume in a new nested call.
+    if _inside_while_loop(code, point.inst.offset):
+        return _cannot_resume(error, "inside a while loop")
+    if any(
         isinstance(v, IteratorValue) and len(v.items) - v.position > MAX_LOOP_RESUMES
         for v in point.stack
     ):
-        return None  # each iteration would resume in a new nested call
+        return _cannot_resume(
+            error, f"inside a for loop with more than {MAX_LOOP_RESUMES} items left"
+        )
     handlers = handlers_covering(code, point.inst.offset)
     exits = [v for v in point.stack if isinstance(v, ContextExitValue)]
-    if "try" in handlers or len(handlers) != len(exits):
-        return None  # inside try/except/finally, or a with over another manager
+    if "try" in handlers:
+        return _cannot_resume(error, "inside a try/except/finally block")
+    if len(handlers) != len(exits):
+        return _cannot_resume(error, "inside a with block over this context manager")
     if name == "CALL" and not point.containers_unchanged():
-        return None  # the call had already changed a list or dict: not replayable
+        return _cannot_resume(error, "after the call had changed a list or dict")
     live = _live_locals(code, point, f_locals)
     if not all(_rebuildable(v) for v in point.stack) or any(
         isinstance(v, _STACK_ONLY) or not _rebuildable(v) for v in live.values()
     ):
-        return None
+        return _cannot_resume(
+            error, "while a function, generator or iterator made here is live"
+        )
     _drop_nodes_after(output, point.graph_nodes)
     del output.side_effects[point.side_effects :]
 
@@ -107,8 +119,8 @@ def finish_at_break(
             name, _emit_jump
         )
         resumes = emit(emitter, point, code)
-    except TypeError:
-        return None
+    except TypeError as e:
+        return _cannot_resume(error, f"with a value it cannot pass on ({e})")
     codes = []
     for i, (offset, stack, indent) in enumerate(resumes):
         kinds = [kind for kind, _ in stack]
@@ -116,6 +128,10 @@ def finish_at_break(
         args = ", ".join([e for _, e in stack if e is not None] + locals_)
         emitter.body.append(f"{indent}return {RESUME_CELL}{i}({args})")
     return emitter.result(tuple(codes), error)
+
+
+def _cannot_resume(error: CaptureError, where: str) -> None:
+    error.reason = f"{error.reason} (cannot resume {where}: the frame runs as Python)"
 
 
 def _inside_while_loop(code: types.CodeType, offset: int) -> bool:
