@@ -132,9 +132,10 @@ class CompiledAot:
         else:
             outs = self.forward(*inputs)
         num_user = self.layout.num_user_outputs
-        with torch.no_grad():
-            for k, i in enumerate(self.layout.mutated_inputs):
-                inputs[i].copy_(outs[num_user + k])
+        if self.layout.mutated_inputs:
+            with torch.no_grad():
+                for k, i in enumerate(self.layout.mutated_inputs):
+                    inputs[i].copy_(outs[num_user + k])
         return tuple(
             self._user_output(spec, outs, inputs) for spec in self.layout.outputs
         )
