@@ -2,9 +2,11 @@
 
 Each workload is an aten graph compiled with ``compile_graph(target="cpp")``,
 timed against the same aten calls run eagerly and against torch.compile of them
-(the reference; skip it with --no-torch-compile). Steady-state times are medians
-of repeated calls after warm-up; compile times are measured separately, cold (an
-empty kernel cache) and warm (a fresh process loading from the disk cache).
+(the reference; skip it with --no-torch-compile): a pointwise chain, softmax and
+layer norm rows, a full reduction and a scatter (index_put with accumulate).
+Steady-state times are medians of repeated calls after warm-up; compile times
+are measured separately, cold (an empty kernel cache) and warm (a fresh process
+loading from the disk cache).
 The last table is the per-call cost of the generated wrapper on the demo block's
 forward graph (small tensors, so calls are mostly overhead), with and without
 ``check_inputs``. Run with ``python benchmarks/codegen_bench.py``.
@@ -54,6 +56,15 @@ def layer_norm(x, w, b):
     return (out[0],)
 
 
+def full_sum(x):
+    return (aten.sum.default(x),)
+
+
+def index_put_accumulate(x, rows, values):
+    """Rows added at indices with duplicates, as an embedding's backward does."""
+    return (aten.index_put.default(x, [rows], values, True),)
+
+
 def graph30(x, w):
     """A 30-node graph: a matmul, three layer-norm-like blocks of pointwise and
     reduction ops."""
@@ -73,6 +84,15 @@ WORKLOADS: dict[str, tuple[Callable, Callable[[], tuple]]] = {
     "layer_norm (4096, 1024)": (
         layer_norm,
         lambda: (torch.randn(4096, 1024), torch.randn(1024), torch.randn(1024)),
+    ),
+    "sum to a scalar (4096, 1024)": (full_sum, lambda: (torch.randn(4096, 1024),)),
+    "index_put accumulate, 2048 rows into (4096, 1024)": (
+        index_put_accumulate,
+        lambda: (
+            torch.randn(4096, 1024),
+            torch.randint(0, 4096, (2048,)),
+            torch.randn(2048, 1024),
+        ),
     ),
 }
 

@@ -43,3 +43,12 @@ def check(compiled, fn, *inputs, **tolerance):
         torch.testing.assert_close(g, w, equal_nan=True, **tolerance)
         if w.numel() > 1:
             assert g.stride() == w.stride()
+
+
+def raises_like_torch(compiled, fn, *inputs):
+    """The compiled graph raises the exception eager raises, with its message."""
+    with pytest.raises(Exception) as eager:
+        fn(*inputs)
+    with pytest.raises(eager.type) as got:
+        compiled(*inputs)
+    assert str(got.value) == str(eager.value)

@@ -1,13 +1,14 @@
 """Indirect indexing on the C++ target (gather, index_select, embedding, advanced
 indexing) against eager torch: negative indices, int32 and int64 index tensors,
 broadcast index tensors, non-contiguous sources, out-of-range indices, and the
-scatter-style backward ops aotgrad emits for them."""
+scatter-style backward ops aotgrad emits for them (test_cpp_scatter.py has the
+scatter family itself)."""
 
 import math
 
 import pytest
 import torch
-from conftest import check
+from conftest import check, raises_like_torch
 
 aten = torch.ops.aten
 
@@ -18,15 +19,6 @@ def source(*shape):
     x = torch.randn(*shape)
     x.view(-1)[:3] = torch.tensor([math.nan, math.inf, -math.inf])
     return x
-
-
-def raises_like_torch(compiled, fn, *inputs):
-    """The compiled graph raises the exception eager raises, with its message."""
-    with pytest.raises(Exception) as eager:
-        fn(*inputs)
-    with pytest.raises(eager.type) as got:
-        compiled(*inputs)
-    assert str(got.value) == str(eager.value)
 
 
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
@@ -135,7 +127,7 @@ def test_computed_indices_fuse_into_the_reading_loop(cpp):
     assert pooled.checks_indices and picked.checks_indices
 
 
-def test_scatter_style_backward_ops_run_through_the_fallback(cpp):
+def test_scatter_style_backward_ops_are_loop_kernels(cpp):
     def fn(grad, idx, rows, tokens, emb_grad):
         # fx folds this full() into a constant that three get_attr nodes read.
         zeros = aten.full.default([5, 4], 0.0, dtype=torch.float32)
@@ -154,12 +146,10 @@ def test_scatter_style_backward_ops_run_through_the_fallback(cpp):
     tokens = torch.randint(0, 6, (2, 3))
     compiled = cpp(fn, grad, idx, rows, tokens, emb_grad)
     check(compiled, fn, grad, idx, rows, tokens, emb_grad, rtol=1e-6, atol=1e-6)
-    assert compiled.fallback_ops == (
-        "aten.embedding_dense_backward.default",
-        "aten.index_add.default",
-        "aten.index_put.default",
-        "aten.scatter_add.default",
-    )
+    assert compiled.fallback_ops == ()
+    # One scatter kernel per op; the zeros and grad * 2 fuse into them.
+    assert [k.kind for k in compiled.kernels] == ["loop"] * 5
+    assert all(k.checks_indices for k in compiled.kernels)
 
 
 def test_indices_into_fused_views_concatenations_and_reshapes(cpp):

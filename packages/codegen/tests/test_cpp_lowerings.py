@@ -196,6 +196,48 @@ def test_softmax_log_softmax_layer_norm_gelu(cpp):
     check(cpp(fn, x, w, b), fn, x, w, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("length", [1, 7, 64, 130, 1029])
+def test_softmax_and_layer_norm_rows_with_non_finite_values(cpp, length):
+    def fn(x, w, b, rows):
+        out = aten.native_layer_norm.default(x, [length], w, b, 1e-5)
+        # The saved mean of a row holding an infinity is inf or NaN in torch
+        # depending on where the infinity sits (its running mean); compare it
+        # on the other rows.
+        finite_rows = aten.index_select.default(out[1], 0, rows)
+        return (
+            aten._softmax.default(x, -1, False),
+            aten._log_softmax.default(x, -1, False),
+            out[0],
+            finite_rows,
+            out[2],
+        )
+
+    x, w, b = torch.randn(6, length) * 3, torch.randn(length), torch.randn(length)
+    x[1, length // 2] = math.nan
+    x[2, 0] = math.inf
+    x[3, length - 1] = -math.inf
+    x[4] = -math.inf  # softmax of an all -inf row is NaN in torch
+    x[5, :] = -80.0 - 30.0 * torch.arange(length)  # exp underflows, denormals
+    rows = torch.tensor([0, 1, 5])
+    compiled = cpp(fn, x, w, b, rows)
+    check(compiled, fn, x, w, b, rows, rtol=1e-5, atol=1e-5)
+    empty = torch.randn(0, length)  # no rows
+    check(cpp(fn, empty, w, b, rows[:0]), fn, empty, w, b, rows[:0])
+
+
+def test_exp_within_one_ulp_of_float64_down_into_denormals(cpp):
+    fn = lambda x: (aten.exp.default(x),)  # noqa: E731
+    x = torch.cat([torch.linspace(-110, 95, 100_003), torch.linspace(-104, -87, 997)])
+    got = cpp(fn, x)(x)[0]
+    exact = torch.exp(x.double())
+    spacing = torch.nextafter(exact.float(), torch.tensor(math.inf)) - exact.float()
+    tiny = torch.tensor(2.0**-149, dtype=torch.float64)
+    ulps = (got.double() - exact).abs() / torch.maximum(spacing.double(), tiny)
+    finite = torch.isfinite(exact.float())
+    assert ulps[finite].max() <= 1.0
+    assert torch.equal(got[~finite], exact.float()[~finite])  # inf where it overflows
+
+
 def test_float64_and_int32_kernels(cpp):
     def fn(d, i):
         return (

@@ -86,6 +86,51 @@ def test_softmax_is_one_kernel_reading_each_row_once_from_memory(cpp):
     assert "ember_exp" not in output_stage and "buf2[100*i0 + i1];" in output_stage
 
 
+def test_softmax_is_at_most_two_passes_over_memory_and_prefetches_the_next_row(
+    cpp,
+):
+    fn = lambda x: (aten._softmax.default(x, -1, False),)  # noqa: E731
+    x = torch.randn(64, 1024)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    kernel = compiled.cpp_source.split("// kernel0")[1]
+    # Over memory: one read of each row (the max loop) and one write (the
+    # exp loop stores into the output row, which the last loop scales in cache).
+    assert len(compiled.loops()) == 1 and _passes_over_input(kernel, "x") == 1
+    assert kernel.count("ember_exp(") == 1  # one exp per element, no tail
+    # While the exp loop works on a cached row, the next row is fetched: one
+    # prefetch per 64-byte line of a 64-lane block.
+    exp_loop = kernel.split("// buf1 = sum")[1].split("// buf2")[0]
+    assert exp_loop.count("__builtin_prefetch(&x[1024*i0 + rb + 10") == 4
+    assert "buf0_acc[64]" in kernel
+
+
+def test_full_reductions_split_across_threads_deterministically(cpp):
+    def fn(x, y):
+        return (aten.sum.default(x), aten.amax.default(y, [0, 1]), aten.mean.default(y))
+
+    x, y = torch.randn(300_001), torch.randn(300, 200)
+    y[7, 9] = math.nan
+    compiled = cpp(fn, x, y)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            # torch's float32 sum of 300k values is off by ~1e-4; ours
+            # accumulates in float64, so it is held to float64's sum instead.
+            check(compiled, fn, x, y, rtol=1e-5, atol=1e-3)
+            exact = x.double().sum().float()
+            torch.testing.assert_close(compiled(x, y)[0], exact, rtol=1e-7, atol=0)
+            first = compiled(x, y)
+            again = compiled(x, y)
+            for a, b in zip(first, again):  # bit for bit, NaN included
+                torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    finally:
+        torch.set_num_threads(threads)
+    # One split loop for x, one for y's max and sum (same range: one loop).
+    assert compiled.cpp_source.count("omp_get_thread_num() == 0") == 2
+
+
 def test_long_rows_softmax_stores_exp_once_and_stays_accurate(cpp):
     fn = lambda x: (aten._softmax.default(x, -1, False),)  # noqa: E731
     x = torch.randn(3, 5000) * 5

@@ -18,6 +18,7 @@ from . import (  # noqa: F401 - register rules
     lower_layout,
     lower_pointwise,
     lower_reduce,
+    lower_scatter,
 )
 from .build import find_compiler
 from .compiled import CompiledGraph

@@ -4,7 +4,8 @@ Pointwise and reduction nodes hold a scalar expression over their loop variables
 (``i0..`` for output dims, ``r0..`` for reduced dims); ``Load(name, index)`` reads
 another node at a logical index, so views are index math and fusion is substitution;
 an index may hold ``Indirect`` terms, values read at run time (gather, embedding).
-Extern and fallback nodes run an aten op through torch. ``format_ir`` prints it all.
+Scatter nodes write at such positions (scatter_add, index_put). Extern and
+fallback nodes run an aten op through torch. ``format_ir`` prints it all.
 """
 
 from __future__ import annotations
@@ -118,6 +119,32 @@ class Reduction:
 
 
 @dataclass(frozen=True, slots=True)
+class Scatter:
+    """``out[i0, ...] = init``; then, for each source position ``r0, ...`` over
+    ``src_sizes`` in order, ``out[target] = value``, or with ``kind``
+    ``out[target] = kind(out[target], value)``.
+
+    ``target`` indexes ``out`` per dim; its ``Indirect`` terms are index-tensor
+    values, clamped into range, and ``value`` carries their ``index_check``s.
+    ``include_self=False`` first sets every targeted element to ``kind``'s
+    identity; ``mean`` then divides each targeted element by the number of
+    values it received (plus one when ``include_self``).
+    """
+
+    name: str
+    sizes: tuple[int, ...]
+    dtype: torch.dtype
+    init: Expr
+    src_sizes: tuple[int, ...]
+    target: tuple[Index, ...]
+    value: Expr
+    kind: ReduceKind | None
+    origin: tuple[str, ...]
+    include_self: bool = True
+    mean: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Ref:
     """A tensor argument of an extern or fallback call: the node named ``name``."""
 
@@ -142,7 +169,21 @@ class Extern:
         return next(o for o in self.outputs if o is not None)
 
 
-Node = Input | Pointwise | Reduction | Extern
+Node = Input | Pointwise | Reduction | Scatter | Extern
+Stage = Pointwise | Reduction | Scatter  # what a loop kernel computes
+
+
+def exprs(node: Stage) -> tuple[Expr, ...]:
+    """The expressions a stage evaluates (a scatter's target as index values)."""
+    if isinstance(node, Scatter):
+        targets = tuple(IndexValue(i) for i in node.target)
+        return (node.init, node.value, *targets)
+    return (node.expr,)
+
+
+def node_loads(node: Stage) -> list[Load]:
+    """Every Load a stage makes, those inside indirect indices included."""
+    return [ld for e in exprs(node) for ld in loads(e)]
 
 
 def loads(e: Expr) -> list[Load]:
@@ -203,6 +244,16 @@ def format_node(node: Node) -> str:
         return (
             f"{node.name} = {node.kind.value}({list(node.sizes)} over "
             f"{list(node.reduce_sizes)}, {node.dtype}) {format_expr(node.expr)}"
+        )
+    if isinstance(node, Scatter):
+        kind = f"scatter_{node.kind.value}" if node.kind else "scatter"
+        at = ", ".join(
+            render(i, lambda t: f"{{{format_expr(t.value)}}}") for i in node.target
+        )
+        return (
+            f"{node.name} = {kind}({list(node.sizes)} over {list(node.src_sizes)}, "
+            f"{node.dtype}) {format_expr(node.init)}; "
+            f"[{at}] <- {format_expr(node.value)}"
         )
     outs = ", ".join(o or "_" for o in node.outputs)
     kind = "fallback" if node.fallback else "extern"

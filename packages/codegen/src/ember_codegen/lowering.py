@@ -30,6 +30,7 @@ from .ir import (
     ReduceKind,
     Reduction,
     Ref,
+    Scatter,
     TensorSpec,
 )
 
@@ -142,6 +143,37 @@ class Lowerer:
             self._name(), sizes, reduce_sizes, kind, dtype, acc, expr, self.origin
         )
         return self.add(node, TensorSpec(sizes, contiguous(sizes), dtype))
+
+    def scatter(
+        self,
+        meta: torch.Tensor,
+        init: Callable[[tuple[Index, ...]], Expr],
+        src_sizes: Sequence[int],
+        write: Callable[[tuple[Index, ...]], tuple[tuple[Index, ...], Expr]],
+        kind: ReduceKind | None,
+        include_self: bool = True,
+        mean: bool = False,
+    ) -> TV:
+        """A ``Scatter`` node shaped like ``meta``: ``out[i] = init(i)``, then for
+        each source position ``r`` (in order) ``(target, value) = write(r)``."""
+        sizes, dtype = tuple(meta.shape), meta.dtype
+        index = tuple(var(f"i{d}", s) for d, s in enumerate(sizes))
+        rindex = tuple(var(f"r{d}", s) for d, s in enumerate(src_sizes))
+        target, value = write(rindex)
+        node = Scatter(
+            self._name(),
+            sizes,
+            dtype,
+            cast(init(index), dtype),
+            tuple(src_sizes),
+            tuple(target),
+            cast(value, dtype),
+            kind,
+            self.origin,
+            include_self,
+            mean,
+        )
+        return self.add(node, TensorSpec(sizes, tuple(meta.stride()), dtype))
 
 
 def contiguous(sizes: Sequence[int]) -> tuple[int, ...]:

@@ -18,7 +18,9 @@ from .ir import (
     Node,
     Pointwise,
     Reduction,
-    loads,
+    Scatter,
+    Stage,
+    node_loads,
     refs,
 )
 from .lowering import LoweredGraph
@@ -47,7 +49,7 @@ class Kernel:
 
     name: str
     outer: tuple[int, ...]
-    stages: tuple[Pointwise | Reduction, ...]
+    stages: tuple[Stage, ...]
     stored: frozenset[str]  # stage names written to memory
     reads: tuple[str, ...]  # buffers read from outside the kernel
 
@@ -158,10 +160,8 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             compute.append(node)
             realized.update(o for o in node.outputs if o)
             continue
-        node = replace(
-            node, expr=inline(node.expr, inlined), origin=_origin(node, inlined)
-        )
-        if isinstance(node, Reduction):
+        node = _inline_node(node, inlined)
+        if isinstance(node, (Reduction, Scatter)):
             compute.append(node)
             realized.add(node.name)
             continue
@@ -183,12 +183,26 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     return _group(compute, views, outputs, lowered)
 
 
-def _origin(
-    node: Pointwise | Reduction, inlined: dict[str, Pointwise]
-) -> tuple[str, ...]:
+def _inline_node(node: Stage, inlined: dict[str, Pointwise]) -> Stage:
+    """``node`` with the inlined nodes it reads substituted, and their origin."""
+    origin = _origin(node, inlined)
+    if isinstance(node, Scatter):
+        return replace(
+            node,
+            init=inline(node.init, inlined),
+            value=inline(node.value, inlined),
+            target=tuple(
+                map_indirect(i, lambda v: inline(v, inlined)) for i in node.target
+            ),
+            origin=origin,
+        )
+    return replace(node, expr=inline(node.expr, inlined), origin=origin)
+
+
+def _origin(node: Stage, inlined: dict[str, Pointwise]) -> tuple[str, ...]:
     """The aten nodes computed by ``node`` once what it reads is inlined."""
     seen: dict[str, None] = {}
-    for ld in loads(node.expr):
+    for ld in node_loads(node):
         if ld.name in inlined:
             seen.update(dict.fromkeys(inlined[ld.name].origin))
     seen.update(dict.fromkeys(node.origin))
@@ -200,8 +214,8 @@ def _refs(node: Extern) -> list[str]:
 
 
 def _reads(node: Node) -> set[str]:
-    if isinstance(node, (Pointwise, Reduction)):
-        return {ld.name for ld in loads(node.expr)}
+    if isinstance(node, (Pointwise, Reduction, Scatter)):
+        return {ld.name for ld in node_loads(node)}
     if isinstance(node, Extern):
         return set(_refs(node))
     return set()
@@ -234,15 +248,20 @@ def _outer_vars(outer: tuple[int, ...]) -> tuple[Index, ...]:
     return tuple(var(f"i{d}", s) for d, s in enumerate(outer))
 
 
-def _fits(node: Pointwise | Reduction, outer: tuple[int, ...], members: dict) -> bool:
+def _fits(node: Stage, outer: tuple[int, ...], members: dict) -> bool:
     """Whether ``node`` can join a kernel with these outer sizes and stages: every
-    read of a stage already in the kernel must be at the same outer index."""
+    read of a stage already in the kernel must be at the same outer index. A
+    scatter writes anywhere in its output, so it is always a kernel of its own."""
+    if isinstance(node, Scatter) or any(
+        isinstance(m, Scatter) for m in members.values()
+    ):
+        return False
     if tuple(node.sizes[: len(outer)]) != outer:
         return False
     if isinstance(node, Reduction) and tuple(node.sizes) != outer:
         return False
     row = _outer_vars(outer)
-    for ld in loads(node.expr):
+    for ld in node_loads(node):
         if ld.name not in members:
             continue
         member = members[ld.name]
@@ -288,11 +307,7 @@ def _group(compute, views, outputs, lowered: LoweredGraph) -> Schedule:
         members = {s.name: s for s in open_stages}
         if not open_stages or not _fits(node, outer, members):
             close()
-            outer = (
-                tuple(node.sizes)
-                if isinstance(node, Reduction)
-                else tuple(node.sizes[:-1])
-            )
+            outer = _outer_of(node)
         open_stages.append(node)
     close()
     need([o for o in lowered.outputs if o])
@@ -307,14 +322,14 @@ def _group(compute, views, outputs, lowered: LoweredGraph) -> Schedule:
         else:
             inside = {s.name for s in step.stages}
             for stage in step.stages:
-                read_outside |= {ld.name for ld in loads(stage.expr)} - inside
+                read_outside |= {ld.name for ld in node_loads(stage)} - inside
     final: list[Step] = []
     for step in steps:
         if isinstance(step, Kernel):
             stored = frozenset(
                 s.name
                 for s in step.stages
-                if isinstance(s, Pointwise) or s.name in read_outside
+                if isinstance(s, (Pointwise, Scatter)) or s.name in read_outside
             )
             step = replace(step, stored=stored)
             for s in step.stages:
@@ -324,11 +339,20 @@ def _group(compute, views, outputs, lowered: LoweredGraph) -> Schedule:
     return Schedule(final, buffers, views)
 
 
+def _outer_of(node: Stage) -> tuple[int, ...]:
+    """The parallel outer sizes of a kernel that starts with ``node``."""
+    if isinstance(node, Scatter):
+        return ()  # its writes do not follow any outer index
+    if isinstance(node, Reduction):
+        return tuple(node.sizes)
+    return tuple(node.sizes[:-1])
+
+
 def _kernel(index: int, outer: tuple[int, ...], stages: list) -> Kernel:
     inside = {s.name for s in stages}
     reads: dict[str, None] = {}
     for stage in stages:
-        for ld in loads(stage.expr):
+        for ld in node_loads(stage):
             if ld.name not in inside:
                 reads[ld.name] = None
     return Kernel(f"kernel{index}", outer, tuple(stages), frozenset(), tuple(reads))
