@@ -3,7 +3,8 @@
 Each workload is an aten graph compiled with ``compile_graph(target="cpp")``,
 timed against the same aten calls run eagerly and against torch.compile of them
 (the reference; skip it with --no-torch-compile): a pointwise chain, softmax and
-layer norm rows, a full reduction and a scatter (index_put with accumulate).
+layer norm rows, a plain copy of the same size (their memory floor), a full
+reduction and a scatter (index_put with accumulate).
 Steady-state times are medians of repeated calls after warm-up; compile times
 are measured separately, cold (an empty kernel cache) and warm (a fresh process
 loading from the disk cache).
@@ -56,6 +57,12 @@ def layer_norm(x, w, b):
     return (out[0],)
 
 
+def copy(x):
+    """Read every element once and write it once: what softmax and layer norm
+    cannot do with less memory traffic, so their floor."""
+    return (aten.clone.default(x),)
+
+
 def full_sum(x):
     return (aten.sum.default(x),)
 
@@ -84,6 +91,10 @@ WORKLOADS: dict[str, tuple[Callable, Callable[[], tuple]]] = {
     "layer_norm (4096, 1024)": (
         layer_norm,
         lambda: (torch.randn(4096, 1024), torch.randn(1024), torch.randn(1024)),
+    ),
+    "copy (4096, 1024), the floor of the two rows above": (
+        copy,
+        lambda: (torch.randn(4096, 1024),),
     ),
     "sum to a scalar (4096, 1024)": (full_sum, lambda: (torch.randn(4096, 1024),)),
     "index_put accumulate, 2048 rows into (4096, 1024)": (
