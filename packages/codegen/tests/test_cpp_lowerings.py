@@ -6,7 +6,9 @@ import math
 
 import pytest
 import torch
-from conftest import check
+from conftest import check, raises_like_torch
+
+from ember_codegen import CodegenError
 
 aten = torch.ops.aten
 
@@ -272,3 +274,325 @@ def test_gelu_non_finite_values_match_eager_for_every_layout(cpp, approximate, d
     x[2, 1] = -3e38
     one = torch.tensor([math.inf], dtype=dtype)
     check(cpp(fn, x, one), fn, x, one, rtol=1e-5, atol=1e-5)
+
+
+# --- more elementwise ops ----------------------------------------------------------
+
+
+EDGES = [math.nan, math.inf, -math.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 1.0]
+
+
+def edge_values(*shape, dtype=torch.float32):
+    """Random values after NaN, +-inf, +-0.0, halves (round's ties) and values
+    inside and outside [-1, 1] (the inverse trigonometric domains)."""
+    x = torch.randn(*shape, dtype=dtype) * 2
+    x.view(-1)[: len(EDGES)] = torch.tensor(EDGES, dtype=dtype)[: x.numel()]
+    return x
+
+
+MORE_UNARY = [
+    aten.asin.default,
+    aten.acos.default,
+    aten.atan.default,
+    aten.sinh.default,
+    aten.cosh.default,
+    aten.tan.default,
+    aten.asinh.default,
+    aten.acosh.default,
+    aten.atanh.default,
+    aten.round.default,
+    aten.sign.default,
+    aten.sgn.default,
+    aten.isnan.default,
+    aten.isinf.default,
+    aten.isposinf.default,
+    aten.isneginf.default,
+    aten.signbit.default,
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", MORE_UNARY, ids=str)
+def test_more_unary_ops_on_edge_values(cpp, op, dtype):
+    def fn(a, s):
+        return (op(a), op(aten.t.default(a)), op(s))
+
+    x, s = edge_values(5, 6, dtype=dtype), torch.tensor(-0.0, dtype=dtype)
+    compiled = cpp(fn, x, s)
+    check(compiled, fn, x, s)
+    assert compiled.fallback_ops == ()
+    # Signs of zeros (sign gives +0 for -0.0 and NaN, round keeps -0.0) count.
+    for got, want in zip(compiled(x, s), fn(x, s)):
+        if got.dtype.is_floating_point:
+            same_sign(got, want)
+
+
+def same_sign(got, want):
+    """The sign bits agree where torch's result is not NaN (NaN's is noise)."""
+    number = ~torch.isnan(want)
+    assert torch.equal(torch.signbit(got)[number], torch.signbit(want)[number])
+
+
+INTEGER_OK = [
+    aten.round.default,
+    aten.sign.default,
+    aten.sgn.default,
+    aten.isnan.default,
+    aten.isinf.default,
+    aten.signbit.default,
+    aten.asin.default,  # promotes to float
+    aten.atan.default,
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool], ids=str)
+@pytest.mark.parametrize("op", INTEGER_OK, ids=str)
+def test_more_unary_ops_on_integers_and_bools(cpp, op, dtype):
+    fn = lambda a: (op(a),)  # noqa: E731 - a one-line graph
+    x = torch.randint(-3, 4, (4, 5)).to(dtype)
+    compiled = cpp(fn, x)
+    if dtype == torch.bool and op == aten.round.default:
+        # Eager rejects it (its meta function does not): the fallback raises.
+        assert compiled.fallback_ops == ("aten.round.default",)
+        raises_like_torch(compiled, fn, x)
+        return
+    check(compiled, fn, x)
+    assert compiled.fallback_ops == ()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_round_decimals(cpp, dtype):
+    def fn(a):
+        return tuple(aten.round.decimals(a, decimals=d) for d in (-2, -1, 0, 1, 3))
+
+    x = edge_values(4, 6, dtype=dtype) * 317
+    x[3] = torch.tensor([2.675, -1.005, 1250.0, 0.125, 1e30, -0.0005], dtype=dtype)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x, rtol=0, atol=0)
+    assert compiled.fallback_ops == ()
+
+
+DIVISORS = [3.0, -3.0, 0.0, -0.0, math.inf, -math.inf, math.nan, 0.75]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_remainder_fmod_atan2_on_special_divisors(cpp, dtype):
+    def fn(a, b, col):
+        ops = (aten.remainder.Tensor, aten.fmod.Tensor, aten.atan2.default)
+        outs = [op(a, b) for op in ops]
+        outs += [op(aten.t.default(a), col) for op in ops]  # transposed, broadcast
+        outs += [
+            aten.remainder.Scalar(a, -2.5),
+            aten.fmod.Scalar(a, 2.5),
+            aten.remainder.Scalar_Tensor(7.5, b),
+        ]
+        return tuple(outs)
+
+    a = edge_values(8, 8, dtype=dtype) * 4
+    b = torch.tensor(DIVISORS, dtype=dtype).repeat(8, 1).t().contiguous()
+    col = torch.tensor(DIVISORS, dtype=dtype).unsqueeze(1)
+    compiled = cpp(fn, a, b, col)
+    check(compiled, fn, a, b, col)
+    assert compiled.fallback_ops == ()
+    for got, want in zip(compiled(a, b, col), fn(a, b, col)):
+        same_sign(got, want)  # -0.0 too
+
+
+def test_integer_remainder_and_fmod_still_fall_back(cpp):
+    # Integer division by zero raises in torch; only floats are lowered.
+    def fn(i, f):
+        return (
+            aten.remainder.Scalar(i, 3),
+            aten.fmod.Tensor(i, i),
+            aten.fmod.Scalar(f, 2),
+        )
+
+    i, f = torch.randint(1, 9, (3, 4)), torch.randn(3, 4)
+    compiled = cpp(fn, i, f)
+    check(compiled, fn, i, f)
+    assert compiled.fallback_ops == ("aten.fmod.Tensor", "aten.remainder.Scalar")
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.int64], ids=str)
+def test_logical_and_bitwise_ops(cpp, dtype):
+    def fn(a, b, row):
+        outs = [aten.logical_xor.default(a, b), aten.bitwise_not.default(a)]
+        for op in (aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor):
+            outs += [op.Tensor(a, b), op.Tensor(aten.t.default(b), row)]
+            scalar = True if dtype == torch.bool else -6
+            outs += [op.Scalar(a, scalar), op.Scalar_Tensor(scalar, b)]
+        return tuple(outs)
+
+    a, b = (torch.randint(-50, 50, (5, 5)).to(dtype) for _ in range(2))
+    row = torch.randint(-50, 50, (5,)).to(dtype)
+    compiled = cpp(fn, a, b, row)
+    check(compiled, fn, a, b, row)
+    assert compiled.fallback_ops == ()
+
+
+def test_logical_xor_of_floats(cpp):
+    def fn(x, y):  # NaN is true, -0.0 false
+        return (aten.logical_xor.default(x, y),)
+
+    x, y = edge_values(3, 4), torch.randn(3, 4)
+    compiled = cpp(fn, x, y)
+    check(compiled, fn, x, y)
+    assert compiled.fallback_ops == ()
+
+
+# --- copies by index math ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
+def test_constant_pad_flip_repeat_roll(cpp, dtype):
+    value = True if dtype == torch.bool else 3
+
+    def fn(x, e):
+        t = aten.t.default(x)  # transposed strides
+        return (
+            aten.constant_pad_nd.default(x, [1, 2], value),
+            aten.constant_pad_nd.default(x, [-1, 2, 3, -2]),  # crops and pads
+            aten.constant_pad_nd.default(t, [0, 0, 2, 1], value),
+            aten.constant_pad_nd.default(e, [1, 1, 1, 0], value),  # an empty input
+            aten.flip.default(x, [0, -1]),
+            aten.flip.default(t, [1]),
+            aten.repeat.default(x, [2, 1, 3]),
+            aten.repeat.default(t, [1, 0]),
+            aten.roll.default(x, [2, -7], [0, 1]),
+            aten.roll.default(t, [13]),  # flattened
+            aten.roll.default(x, [1, 1], [1, 1]),
+        )
+
+    x = torch.randint(-9, 9, (4, 6)).to(dtype)
+    e = torch.zeros(0, 3, dtype=dtype)
+    compiled = cpp(fn, x, e)
+    check(compiled, fn, x, e)
+    assert compiled.fallback_ops == ()
+
+
+def test_pad_and_flip_keep_nan_and_feed_library_calls(cpp):
+    def fn(x, w):
+        # A flip into mm needs a tensor: it is copied (torch's as_strided
+        # takes no negative strides), not viewed.
+        flipped = aten.flip.default(w, [0])
+        padded = aten.constant_pad_nd.default(x, [0, 1], math.nan)
+        return (aten.mm.default(x, flipped), padded, aten.flip.default(padded, [1]))
+
+    x, w = edge_values(3, 4), torch.randn(4, 5)
+    compiled = cpp(fn, x, w)
+    check(compiled, fn, x, w)
+    assert compiled.fallback_ops == ()
+
+
+# --- argmax, argmin, max.dim, min.dim, any, all --------------------------------------
+
+
+def tied(*shape, dtype=torch.float32):
+    """Small integers (many ties) with NaN, -inf and a row of equal values."""
+    x = torch.randint(-3, 4, shape).to(dtype)
+    if dtype.is_floating_point and x.numel() > 20:
+        flat = x.view(-1)
+        flat[7], flat[15], flat[16] = math.nan, -math.inf, math.nan
+        x[-1] = -math.inf  # a row that never beats the identity
+    return x
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.int64, torch.int32], ids=str
+)
+@pytest.mark.parametrize("length", [1, 5, 67, 130])
+def test_argmax_argmin_first_index_nan_and_ties(cpp, dtype, length):
+    def fn(x):
+        t = aten.t.default(x)
+        outs = []
+        for op in (aten.argmax.default, aten.argmin.default):
+            outs += [op(x), op(x, 1), op(x, 0, True), op(t, -1), op(x, None, True)]
+        return tuple(outs)
+
+    x = tied(6, length, dtype=dtype)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    assert compiled.fallback_ops == ()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool], ids=str)
+def test_max_min_dim_values_and_indices(cpp, dtype):
+    def fn(x, s):
+        outs = []
+        for op in (aten.max.dim, aten.min.dim):
+            for args in ((x, 1), (x, 0, True), (aten.t.default(x), 1), (s, 0)):
+                out = op(*args)
+                outs += [out[0], out[1]]
+        return tuple(outs)
+
+    x = tied(5, 37, dtype=dtype) if dtype != torch.bool else torch.rand(5, 37) > 0.7
+    s = torch.tensor(1, dtype=dtype)  # 0-d
+    compiled = cpp(fn, x, s)
+    check(compiled, fn, x, s)
+    assert compiled.fallback_ops == ()
+
+
+def test_max_dim_value_is_the_element_at_the_index(cpp):
+    # The first of tied 0.0 and -0.0 is returned, as in torch (amax may differ).
+    def fn(x):
+        top, low = aten.max.dim(x, 1), aten.min.dim(x, 1)
+        return (top[0], top[1], low[0], low[1])
+
+    x = torch.tensor([[0.0, -0.0, -1.0], [-0.0, 0.0, -1.0], [1.0, -0.0, 0.0]])
+    compiled = cpp(fn, x)
+    for got, want in zip(compiled(x), fn(x)):
+        assert torch.equal(got, want)
+        assert torch.equal(torch.signbit(got.double()), torch.signbit(want.double()))
+
+
+def test_argmax_over_many_elements_splits_across_threads(cpp):
+    fn = lambda x: (aten.argmax.default(x), aten.argmin.default(x))  # noqa: E731
+    x = torch.zeros(100_003)  # all ties: the first index, whatever the split
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    for at in (99_000, 60_001, 70_000):  # NaNs in several threads' ranges
+        x[at] = math.nan
+        check(compiled, fn, x)
+    x = torch.randint(0, 3, (100_003,)).float()
+    x[100_002] = 5.0  # the maximum in the last partial block
+    check(compiled, fn, x)
+    assert compiled.fallback_ops == ()
+
+
+def test_argmax_of_an_empty_tensor(cpp):
+    x = torch.randn(0, 3)
+    ok = lambda x: (aten.argmax.default(x, 1), aten.max.dim(x, 1)[1])  # noqa: E731
+    compiled = cpp(ok, x)  # reducing a non-empty dim of an empty tensor
+    check(compiled, ok, x)
+    assert compiled.fallback_ops == ()
+    # Reducing the empty dim fails on meta tensors already, as in torch.
+    with pytest.raises(CodegenError, match="non-zero size"):
+        cpp(lambda x: (aten.argmax.default(x, 0),), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
+def test_any_all_every_form(cpp, dtype):
+    def fn(x, e, s):
+        outs = []
+        for name in ("any", "all"):
+            op = getattr(aten, name)
+            outs += [
+                op.default(x),
+                op.dim(x, 1),
+                op.dim(aten.t.default(x), 1, True),
+                op.dims(x, [0, 1], True),
+                op.dims(x, None),
+                op.dim(e, 0),  # reduces an empty dim: any is False, all True
+                op.default(s),
+            ]
+        return tuple(outs)
+
+    x = (torch.rand(6, 9) > 0.4).to(dtype)
+    x[0] = 0  # an all-false row
+    x[1] = 1  # an all-true row
+    if dtype.is_floating_point:
+        x[2, 3], x[3] = math.nan, -0.0  # NaN is true, -0.0 false
+    e, s = torch.zeros(0, 4, dtype=dtype), torch.tensor(2, dtype=dtype)
+    compiled = cpp(fn, x, e, s)
+    check(compiled, fn, x, e, s)
+    assert compiled.fallback_ops == ()

@@ -50,7 +50,28 @@ PARALLEL_MIN_WORK = 32768
 # once (in the buffer of the pointwise stage that needs it again) and read back,
 # instead of being computed a second time: softmax's exp(x - max).
 COSTLY_OPS = frozenset(
-    ["exp", "log", "tanh", "erf", "sin", "cos", "pow", "sigmoid", "log1p", "expm1"]
+    [
+        "exp",
+        "log",
+        "tanh",
+        "erf",
+        "sin",
+        "cos",
+        "pow",
+        "sigmoid",
+        "log1p",
+        "expm1",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+    ]
 )
 
 

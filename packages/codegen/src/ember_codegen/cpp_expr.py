@@ -78,6 +78,26 @@ static inline float ember_exp(float x) {
 }
 static inline double ember_exp(double x) { return std::exp(x); }
 
+// Python's modulo, as torch computes it for floats: fmod's remainder (exact),
+// moved by one divisor when it is nonzero and its sign differs from the
+// divisor's. So x % inf is x or inf by sign, x % 0 is NaN, and -0.0 stays -0.0.
+template <typename T> static inline T ember_remainder(T a, T b) {
+  const T m = std::fmod(a, b);
+  return ((m != T(0)) & ((b < T(0)) != (m < T(0)))) ? m + b : m;
+}
+
+// argmax/argmin keep a value and its flat position in the reduced dims (two
+// arrays of lanes, so the loops vectorize). Whether (bv, bi) replaces (av, ai):
+// NaN beats any number (torch returns the first NaN) and ties go to the lower
+// position, so lanes, thread partials and the last block may fold in any
+// order and still give torch's first index of the extreme value.
+template <bool Max, typename T>
+static inline bool ember_arg_takes(T av, int64_t ai, T bv, int64_t bi) {
+  const bool a_nan = av != av, b_nan = bv != bv, first = bi < ai;
+  const bool beats = Max ? bv > av : bv < av;
+  return (b_nan & (!a_nan | first)) | (!a_nan & (beats | ((bv == av) & first)));
+}
+
 // A full reduction splits across at most this many threads (one partial each).
 #define EMBER_MAX_THREADS 256
 static inline int ember_threads() {
@@ -132,9 +152,26 @@ SCALAR_OPS: dict[str, str] = {
     "erf": "std::erf({0})",
     "log1p": "std::log1p({0})",
     "expm1": "std::expm1({0})",
+    "asin": "std::asin({0})",
+    "acos": "std::acos({0})",
+    "atan": "std::atan({0})",
+    "sinh": "std::sinh({0})",
+    "cosh": "std::cosh({0})",
+    "tan": "std::tan({0})",
+    "asinh": "std::asinh({0})",
+    "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})",
+    "atan2": "std::atan2({0}, {1})",
+    "fmod": "std::fmod({0}, {1})",
+    "remainder": "ember_remainder({0}, {1})",
+    # torch's sign: NaN and -0.0 give +0 (neither compare holds).
+    "sign": "static_cast<{T}>(({T}(0) < {0}) - ({0} < {T}(0)))",
+    "signbit": "std::signbit({0})",
     "floor": "std::floor({0})",
     "ceil": "std::ceil({0})",
     "trunc": "std::trunc({0})",
+    # Half to even under the default rounding mode, as torch.round.
+    "round": "std::nearbyint({0})",
     "pow": "std::pow({0}, {1})",
     "maximum": "ember_max({0}, {1})",
     "minimum": "ember_min({0}, {1})",
@@ -149,6 +186,11 @@ SCALAR_OPS: dict[str, str] = {
     "not": "(!{0})",
     "and": "({0} && {1})",
     "or": "({0} || {1})",
+    # Integers only (bool's bitwise not is "not"): the promoted int is cast back.
+    "bitwise_not": "static_cast<{T}>(~{0})",
+    "bitwise_and": "static_cast<{T}>({0} & {1})",
+    "bitwise_or": "static_cast<{T}>({0} | {1})",
+    "bitwise_xor": "static_cast<{T}>({0} ^ {1})",
     "where": "({0} ? {1} : {2})",
     "select": "({0} ? {1} : {2})",
     "cast": "static_cast<{T}>({0})",
@@ -163,10 +205,23 @@ COMBINE = {
     ReduceKind.MIN: "ember_min({0}, {1})",
 }
 
+# argmax/argmin: whether the value and position {2}, {3} replace {0}, {1}; by the
+# kind whose values they compare (and whose identity they start from).
+ARG_KINDS = {ReduceKind.ARGMAX: ReduceKind.MAX, ReduceKind.ARGMIN: ReduceKind.MIN}
+ARG_TAKES = {
+    ReduceKind.ARGMAX: "ember_arg_takes<true>({0}, {1}, {2}, {3})",
+    ReduceKind.ARGMIN: "ember_arg_takes<false>({0}, {1}, {2}, {3})",
+}
+# The position an argmax/argmin accumulator starts from: above any real one,
+# so the first element always replaces the identity, even when equal to it.
+NO_POSITION = "std::numeric_limits<int64_t>::max()"
+
 
 def identity(kind: ReduceKind, dtype: torch.dtype) -> str:
-    """C++ for the value a ``kind`` accumulation of ``dtype`` starts from."""
+    """C++ for the value a ``kind`` accumulation of ``dtype`` starts from (of
+    the compared values, for argmax and argmin)."""
     t = C_TYPES[dtype]
+    kind = ARG_KINDS.get(kind, kind)
     if kind == ReduceKind.SUM:
         return f"{t}(0)"
     if kind == ReduceKind.PROD:

@@ -7,7 +7,10 @@ partials, and prefetches of the next row while a row is in cache.
 from __future__ import annotations
 
 from .cpp_expr import (
+    ARG_KINDS,
+    ARG_TAKES,
     COMBINE,
+    NO_POSITION,
     Body,
     Scope,
     calls,
@@ -19,6 +22,7 @@ from .cpp_expr import (
 )
 from .indexing import Var, indirect_terms, render, substitute, var
 from .ir import C_TYPES, Load, Pointwise, Reduction, describe_origin, loads
+from .lowering import contiguous
 from .scheduler import Kernel
 
 # Reductions keep up to this many partial accumulators (four 512-bit vectors of
@@ -60,9 +64,9 @@ def reductions(
         lines += _tree_combine(group, indent, lanes)
     for red in group:
         local, t = f"{red.name}_val", C_TYPES[red.dtype]
-        lines.append(
-            f"{indent}const {t} {local} = static_cast<{t}>({red.name}_acc[0]);"
-        )
+        # argmax and argmin return the position, not the value.
+        result = _slot(red, f"{red.name}_acc", "0")[1 if red.kind in ARG_KINDS else 0]
+        lines.append(f"{indent}const {t} {local} = static_cast<{t}>({result});")
         scope.locals_[red.name] = local
         if red.name in kernel.stored:
             idx = tuple(ivar(d) for d in range(len(red.sizes)))
@@ -103,12 +107,49 @@ def next_rows(
 def _declare_acc(group: list[Reduction], indent: str, lanes: int) -> list[str]:
     lines = []
     for r in group:
-        lines.append(f"{indent}{C_TYPES[r.acc_dtype]} {r.name}_acc[{lanes}];")
-        lines.append(
-            f"{indent}for (int k = 0; k < {lanes}; ++k) "
-            f"{r.name}_acc[k] = {identity(r.kind, r.acc_dtype)};"
-        )
+        lines += _declare(r, f"{r.name}_acc", lanes, indent)
+        value, pos = _slot(r, f"{r.name}_acc", "k")
+        start = f"{value} = {identity(r.kind, r.acc_dtype)};"
+        if r.kind in ARG_KINDS:
+            start += f" {pos} = {NO_POSITION};"
+        lines.append(f"{indent}for (int k = 0; k < {lanes}; ++k) {{ {start} }}")
     return lines
+
+
+def _declare(red: Reduction, array: str, size: int | str, indent: str) -> list[str]:
+    """Declarations of ``size`` accumulator slots named ``array`` (and their
+    positions, for argmax and argmin)."""
+    lines = [f"{indent}{C_TYPES[red.acc_dtype]} {array}[{size}];"]
+    if red.kind in ARG_KINDS:
+        lines.append(f"{indent}int64_t {array}_pos[{size}];")
+    return lines
+
+
+def _slot(red: Reduction, array: str, at: str) -> tuple[str, str]:
+    """The value and position lvalues of accumulator slot ``array[at]`` (the
+    position array exists for argmax and argmin only)."""
+    return f"{array}[{at}]", f"{array}_pos[{at}]"
+
+
+def _copy(red: Reduction, into: tuple[str, str], src: tuple[str, str]) -> str:
+    """A C++ statement copying accumulator slot ``src`` into ``into``."""
+    copy = f"{into[0]} = {src[0]};"
+    return f"{copy} {into[1]} = {src[1]};" if red.kind in ARG_KINDS else copy
+
+
+def _fold(red: Reduction, into: tuple[str, str], value: str, pos: str) -> str:
+    """A C++ statement folding ``value`` (at flat position ``pos``, for argmax
+    and argmin) into the accumulator slot ``into``."""
+    acc, acc_pos = into
+    if red.kind not in ARG_KINDS:
+        return f"{acc} = {COMBINE[red.kind].format(acc, value)};"
+    # Branch-free selects on two arrays of lanes: the loop vectorizes (an array
+    # of value-position structs did not, and ran 18x slower).
+    take = ARG_TAKES[red.kind].format(acc, acc_pos, value, pos)
+    return (
+        f"{{ const bool take = {take}; {acc} = take ? {value} : {acc}; "
+        f"{acc_pos} = take ? {pos} : {acc_pos}; }}"
+    )
 
 
 def _simd(group: list[Reduction]) -> bool:
@@ -174,8 +215,8 @@ def _tree_combine(group: list[Reduction], indent: str, lanes: int) -> list[str]:
     lines.append(f"{indent}  for (int k = 0; k < w; ++k) {{")
     for red in group:
         acc = f"{red.name}_acc"
-        both = COMBINE[red.kind].format(f"{acc}[k]", f"{acc}[k + w]")
-        lines.append(f"{indent}    {acc}[k] = {both};")
+        fold = _fold(red, _slot(red, acc, "k"), *_slot(red, acc, "k + w"))
+        lines.append(f"{indent}    {fold}")
     lines += [f"{indent}  }}", f"{indent}}}"]
     return lines
 
@@ -191,8 +232,9 @@ def _split_reductions(
     sizes = group[0].reduce_sizes
     team = f"{group[0].name}_team"
     lines = [
-        f"{indent}{C_TYPES[r.acc_dtype]} {r.name}_part[EMBER_MAX_THREADS];"
+        line
         for r in group
+        for line in _declare(r, f"{r.name}_part", "EMBER_MAX_THREADS", indent)
     ]
     lines.append(f"{indent}int {team} = 1;")
     lines.append(f"{indent}#pragma omp parallel num_threads(ember_threads())")
@@ -214,19 +256,22 @@ def _split_reductions(
     )
     lines += _tree_combine(group, inner, lanes)
     for r in group:
-        lines.append(f"{inner}{r.name}_part[omp_get_thread_num()] = {r.name}_acc[0];")
+        part = _slot(r, f"{r.name}_part", "omp_get_thread_num()")
+        lines.append(f"{inner}{_copy(r, part, _slot(r, f'{r.name}_acc', '0'))}")
     lines.append(f"{indent}}}")
     for r in group:
-        t, part = C_TYPES[r.acc_dtype], f"{r.name}_part"
-        both = COMBINE[r.kind].format(f"{r.name}_all", f"{part}[t]")
-        lines.append(f"{indent}{t} {r.name}_all = {part}[0];")
-        lines.append(f"{indent}for (int t = 1; t < {team}; ++t) {r.name}_all = {both};")
+        every = _slot(r, f"{r.name}_all", "0")
+        lines += _declare(r, f"{r.name}_all", 1, indent)
+        lines.append(f"{indent}{_copy(r, every, _slot(r, f'{r.name}_part', '0'))}")
+        fold = _fold(r, every, *_slot(r, f"{r.name}_part", "t"))
+        lines.append(f"{indent}for (int t = 1; t < {team}; ++t) {fold}")
     tail = sizes[-1] % lanes if one_dim else 0
     if not tail:
-        return lines + [
-            f"{indent}{C_TYPES[r.acc_dtype]} {r.name}_acc[1] = {{{r.name}_all}};"
-            for r in group
-        ]
+        for r in group:
+            lines += _declare(r, f"{r.name}_acc", 1, indent)
+            acc = _slot(r, f"{r.name}_acc", "0")
+            lines.append(f"{indent}{_copy(r, acc, _slot(r, f'{r.name}_all', '0'))}")
+        return lines
     # The last partial block, after the team: its own lanes, folded in last.
     lines += _declare_acc(group, indent, lanes)
     lines.append(f"{indent}for (int64_t k = 0; k < {tail}; ++k) {{")
@@ -235,9 +280,11 @@ def _split_reductions(
     lines.append(f"{indent}}}")
     lines += _tree_combine(group, indent, lanes)
     for r in group:
-        acc = f"{r.name}_acc"
-        both = COMBINE[r.kind].format(f"{r.name}_all", f"{acc}[0]")
-        lines.append(f"{indent}{acc}[0] = {both};")
+        acc = _slot(r, f"{r.name}_acc", "0")
+        # The block comes last in position order, so it folds in last.
+        every = _slot(r, f"{r.name}_all", "0")
+        lines.append(f"{indent}{_fold(r, every, *acc)}")
+        lines.append(f"{indent}{_copy(r, acc, every)}")
     return lines
 
 
@@ -265,8 +312,15 @@ def _accumulate(
     body = Body(scope, indent)
     for red in group:
         v = body.value(red.expr)
-        acc = f"{red.name}_acc[{lane}]"
-        body.lines.append(f"{indent}{acc} = {COMBINE[red.kind].format(acc, v)};")
+        acc = _slot(red, f"{red.name}_acc", lane)
+        body.lines.append(f"{indent}{_fold(red, acc, v, _position(red))}")
         for value, at in scope.spills.get(red.name, ()):
             body.lines.append(f"{indent}{at} = {body.value(value)};")
     return body.lines
+
+
+def _position(red: Reduction) -> str:
+    """C++ for the flat (row-major) position of ``r0, r1, ...`` in the reduced
+    dims: what argmax and argmin return."""
+    rvars = tuple(var(f"r{d}", 2**62) for d in range(len(red.reduce_sizes)))
+    return render(offset(rvars, contiguous(red.reduce_sizes)))

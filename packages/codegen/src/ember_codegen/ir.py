@@ -71,6 +71,11 @@ class ReduceKind(enum.Enum):
     PROD = "prod"
     MAX = "max"  # propagates NaN, like torch.amax
     MIN = "min"
+    # The flat position (row-major over the reduced dims) of the first maximum
+    # or minimum; NaN counts as both. The node's dtype is int64, its acc_dtype
+    # the compared values'.
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,35 +1,44 @@
 """Lowering rules for views and layout ops: each is index math over its input,
 never a copy, unless the result must exist in memory (then the scheduler
 realizes it, or hands an extern a strided view of the input's storage).
+flip, repeat, roll and constant_pad_nd are index math too, but copies in torch.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Sequence
 
 import torch
 
 from .indexing import ZERO, Index, const
-from .ir import Call, Const, IndexValue
+from .ir import Call, Const, Expr, IndexValue
 from .lower_pointwise import broadcast_load
-from .lowering import TV, Lowerer, Unsupported, contiguous, register
+from .lowering import TV, Lowerer, Unsupported, constant, contiguous, register
 
 aten = torch.ops.aten
 
 
-def view_of(
-    lo: Lowerer,
-    src: TV,
-    meta: torch.Tensor,
-    mapping: Callable[[tuple[Index, ...]], Sequence[Index]],
-) -> TV:
+Mapping = Callable[[tuple[Index, ...]], Sequence[Index]]
+
+
+def view_of(lo: Lowerer, src: TV, meta: torch.Tensor, mapping: Mapping) -> TV:
     """A node reading ``src`` at ``mapping(out_index)``."""
+    return reindexed(lo, src, meta, mapping, view=True)
+
+
+def reindexed(
+    lo: Lowerer, src: TV, meta: torch.Tensor, mapping: Mapping, view: bool = False
+) -> TV:
+    """``src`` read at ``mapping(out_index)``: index math like a view, but a
+    new tensor in torch unless ``view`` (flip, repeat, roll copy)."""
     return lo.pointwise(
         meta.shape,
         src.dtype,
         lambda i: lo.load(src, mapping(i)),
         meta.stride(),
-        view=True,
+        view=view,
     )
 
 
@@ -192,5 +201,97 @@ def _cat(lo: Lowerer, tensors, dim: int = 0):
             )
             expr = Call("select", (below, load, expr), out.dtype)
         return expr
+
+    return lo.pointwise(out.shape, out.dtype, body, out.stride())
+
+
+# --- copies by index math --------------------------------------------------------
+
+
+@register(aten.flip.default)
+def _flip(lo: Lowerer, a: TV, dims):
+    flipped = {_dim(d, len(a.sizes)) for d in dims}
+
+    def mapping(index):
+        return [
+            i * -1 + (a.sizes[d] - 1) if d in flipped else i
+            for d, i in enumerate(index)
+        ]
+
+    return reindexed(lo, a, lo.out_meta, mapping)
+
+
+@register(aten.repeat.default)
+def _repeat(lo: Lowerer, a: TV, repeats):
+    first = len(repeats) - len(a.sizes)  # repeats may add leading dims
+
+    def mapping(index):
+        return [i % size if size else i for i, size in zip(index[first:], a.sizes)]
+
+    return reindexed(lo, a, lo.out_meta, mapping)
+
+
+@register(aten.roll.default)
+def _roll(lo: Lowerer, a: TV, shifts, dims=()):
+    if not dims:
+        # Rolled as the flattened tensor, then put back in shape.
+        n = math.prod(a.sizes)
+        flat_strides = contiguous(a.sizes)
+
+        def mapping(index):
+            flat = ZERO
+            for i, stride in zip(index, flat_strides):
+                flat = flat + i * stride
+            if n:
+                flat = (flat + (-shifts[0]) % n) % n
+            return [
+                (flat // stride) % max(size, 1)
+                for size, stride in zip(a.sizes, flat_strides)
+            ]
+
+        return reindexed(lo, a, lo.out_meta, mapping)
+    ahead = {}  # dim -> how far along it the source sits from the output
+    for shift, dim in zip(shifts, dims):
+        d = _dim(dim, len(a.sizes))
+        if a.sizes[d]:
+            ahead[d] = (ahead.get(d, 0) - shift) % a.sizes[d]
+
+    def mapping(index):
+        return [
+            (i + ahead[d]) % a.sizes[d] if ahead.get(d) else i
+            for d, i in enumerate(index)
+        ]
+
+    return reindexed(lo, a, lo.out_meta, mapping)
+
+
+def _index_test(op: str, i: Index, bound: int) -> Expr:
+    return Call(op, (IndexValue(i), Const(bound, torch.int64)), torch.bool)
+
+
+@register(aten.constant_pad_nd.default)
+def _constant_pad_nd(lo: Lowerer, a: TV, pad, value=0):
+    out = lo.out_meta
+    nd = len(a.sizes)
+    # pad holds (before, after) pairs from the last dim backwards; a negative
+    # amount crops. Only the offset of the first element matters here.
+    before = [0] * nd
+    for k in range(len(pad) // 2):
+        before[nd - 1 - k] = pad[2 * k]
+
+    def body(index):
+        src, inside = [], []
+        for d, i in enumerate(index):
+            src.append(i - before[d])
+            if before[d] > 0:
+                inside.append(_index_test("ge", i, before[d]))
+            if before[d] + a.sizes[d] < out.shape[d]:
+                inside.append(_index_test("lt", i, before[d] + a.sizes[d]))
+        load = lo.load(a, src)
+        if not inside:
+            return load
+        cond = functools.reduce(lambda x, y: Call("and", (x, y), torch.bool), inside)
+        # A lazy select: the load is out of bounds in the padding.
+        return Call("select", (cond, load, constant(value, a.dtype)), a.dtype)
 
     return lo.pointwise(out.shape, out.dtype, body, out.stride())

@@ -131,6 +131,15 @@ _FLOAT_UNARY = {
     aten.expm1.default: "expm1",
     aten.reciprocal.default: "reciprocal",
     aten.sigmoid.default: "sigmoid",
+    aten.asin.default: "asin",
+    aten.acos.default: "acos",
+    aten.atan.default: "atan",
+    aten.sinh.default: "sinh",
+    aten.cosh.default: "cosh",
+    aten.tan.default: "tan",
+    aten.asinh.default: "asinh",
+    aten.acosh.default: "acosh",
+    aten.atanh.default: "atanh",
 }
 _ANY_UNARY = {
     aten.neg.default: "neg",
@@ -139,14 +148,27 @@ _ANY_UNARY = {
     aten.floor.default: "floor",
     aten.ceil.default: "ceil",
     aten.trunc.default: "trunc",
+    aten.round.default: "round",
+    # torch's sign of a real number; sgn is the same for real dtypes.
+    aten.sign.default: "sign",
+    aten.sgn.default: "sign",
 }
+
+
+# Rounding leaves integers as they are.
+_ROUNDING = ("floor", "ceil", "trunc", "round")
+# Eager's kernels of these reject bool, where their meta functions do not: the
+# fallback node raises torch's error.
+_NO_BOOL = (*_ROUNDING, "abs")
 
 
 def _unary(op: str, float_only: bool):
     def rule(lo: Lowerer, a):
         if float_only and not _out(lo).dtype.is_floating_point:
             raise Unsupported
-        if op in ("floor", "ceil", "trunc") and not a.dtype.is_floating_point:
+        if op in _NO_BOOL and a.dtype == torch.bool:
+            raise Unsupported
+        if op in _ROUNDING and not a.dtype.is_floating_point:
             return elementwise(lo, lambda x: x, a)
         return elementwise(lo, lambda x: call(op, x), a)
 
@@ -164,6 +186,83 @@ def _float_only(lo: Lowerer) -> torch.dtype:
     if not dtype.is_floating_point:
         raise Unsupported
     return dtype
+
+
+@register(aten.round.decimals)
+def _round_decimals(lo: Lowerer, a, *, decimals: int = 0):
+    dtype = _float_only(lo)
+    # Scaled by 10^|decimals| in the tensor's dtype, as torch does, so the same
+    # products round: x * 100 then / 100, or x / 100 then * 100.
+    scale = constant(10.0 ** abs(decimals), dtype)
+    if decimals == 0:
+        return elementwise(lo, lambda x: call("round", x), a)
+    if decimals > 0:
+        return elementwise(
+            lo, lambda x: call("div", call("round", call("mul", x, scale)), scale), a
+        )
+    return elementwise(
+        lo, lambda x: call("mul", call("round", call("div", x, scale)), scale), a
+    )
+
+
+@register(aten.atan2.default)
+def _atan2(lo: Lowerer, a, b):
+    _float_only(lo)
+    return elementwise(lo, lambda x, y: call("atan2", x, y), a, b)
+
+
+def _float_modulo(op: str):
+    # Integer modulo by zero must raise, as in torch; only floats are lowered.
+    def rule(lo: Lowerer, a, b):
+        _float_only(lo)
+        return elementwise(lo, lambda x, y: call(op, x, y), a, b)
+
+    return rule
+
+
+register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)(
+    _float_modulo("remainder")
+)
+register(aten.fmod.Tensor, aten.fmod.Scalar)(_float_modulo("fmod"))
+
+
+# --- classification --------------------------------------------------------------
+
+
+def _classify(test):
+    """A rule giving ``test(x)`` of a floating input; never true of an integer."""
+
+    def rule(lo: Lowerer, a):
+        if not a.dtype.is_floating_point:
+            out = _out(lo)
+            return lo.pointwise(
+                out.shape, out.dtype, lambda i: constant(False, out.dtype), out.stride()
+            )
+        return elementwise(lo, test, a, compute=a.dtype)
+
+    return rule
+
+
+def _equals(x: Expr, value: float) -> Expr:
+    return call("eq", x, constant(value, x.dtype), dtype=torch.bool)
+
+
+register(aten.isnan.default)(_classify(lambda x: call("ne", x, x, dtype=torch.bool)))
+register(aten.isinf.default)(_classify(lambda x: _equals(call("abs", x), math.inf)))
+register(aten.isposinf.default)(_classify(lambda x: _equals(x, math.inf)))
+register(aten.isneginf.default)(_classify(lambda x: _equals(x, -math.inf)))
+
+
+@register(aten.signbit.default)
+def _signbit(lo: Lowerer, a):
+    if a.dtype.is_floating_point:
+        return elementwise(
+            lo, lambda x: call("signbit", x, dtype=torch.bool), a, compute=a.dtype
+        )
+    zero = constant(0, a.dtype)
+    return elementwise(
+        lo, lambda x: call("lt", x, zero, dtype=torch.bool), a, compute=a.dtype
+    )
 
 
 @register(aten.gelu.default)
@@ -293,11 +392,44 @@ def _logical_not(lo: Lowerer, a):
     return elementwise(lo, lambda x: call("not", x), a, compute=torch.bool)
 
 
+@register(aten.logical_xor.default)
+def _logical_xor(lo: Lowerer, a, b):
+    return elementwise(lo, lambda x, y: call("ne", x, y), a, b, compute=torch.bool)
+
+
+def _integral(lo: Lowerer) -> torch.dtype:
+    """The output dtype of a bitwise op; torch rejects floating operands."""
+    dtype = _out(lo).dtype
+    if dtype.is_floating_point:
+        raise Unsupported  # torch raises its own error
+    return dtype
+
+
 @register(aten.bitwise_not.default)
 def _bitwise_not(lo: Lowerer, a):
-    if a.dtype != torch.bool:
-        raise Unsupported
-    return _logical_not(lo, a)
+    if _integral(lo) == torch.bool:
+        return _logical_not(lo, a)
+    return elementwise(lo, lambda x: call("bitwise_not", x), a)
+
+
+def _bitwise(op: str, logical: str):
+    def rule(lo: Lowerer, a, b):
+        # C++'s & | ^ on bools give ints; bools use the logical form instead.
+        name = logical if _integral(lo) == torch.bool else op
+        return elementwise(lo, lambda x, y: call(name, x, y), a, b)
+
+    return rule
+
+
+_BITWISE = {
+    ("bitwise_and", "and"): aten.bitwise_and,
+    ("bitwise_or", "or"): aten.bitwise_or,
+    ("bitwise_xor", "ne"): aten.bitwise_xor,
+}
+for (_name, _logical), _packet in _BITWISE.items():
+    register(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(
+        _bitwise(_name, _logical)
+    )
 
 
 @register(aten.logical_and.default)

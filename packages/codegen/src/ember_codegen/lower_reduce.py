@@ -1,6 +1,6 @@
-"""Lowering rules for reductions (sum, mean, amax, var, ...), the composites built
-from them (softmax, log_softmax, layer_norm), and the extern library kernels
-(matmul and convolution through torch).
+"""Lowering rules for reductions (sum, mean, amax, var, argmax, max.dim, any,
+...), the composites built from them (softmax, log_softmax, layer_norm), and
+the extern library kernels (matmul and convolution through torch).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .indexing import ZERO
+from .indexing import ZERO, Index, Indirect
 from .ir import Expr, ReduceKind
 from .lower_pointwise import call
 from .lowering import TV, Lowerer, Unsupported, cast, constant, extern, register
@@ -52,17 +52,23 @@ def reduce(
     )
 
     def body(index, rindex):
-        src = [ZERO] * len(a.sizes)
-        for d, i in zip(kept, index):
-            src[d] = i
-        for d, r in zip(dims, rindex):
-            src[d] = r
-        value = cast(lo.load(a, src), dtype)
+        value = cast(_reduced_load(lo, a, dims, index, rindex), dtype)
         return fn(value, index) if fn else value
 
     return lo.reduction(
         [a.sizes[d] for d in kept], reduce_sizes, kind, dtype, body, acc
     )
+
+
+def _reduced_load(lo: Lowerer, a: TV, dims: Sequence[int], index, rindex) -> Expr:
+    """``a`` at output index ``index`` (its kept dims) and ``rindex`` (``dims``)."""
+    src = [ZERO] * len(a.sizes)
+    kept = [d for d in range(len(a.sizes)) if d not in dims]
+    for d, i in zip(kept, index):
+        src[d] = i
+    for d, r in zip(dims, rindex):
+        src[d] = r
+    return lo.load(a, src)
 
 
 def keep_dims(lo: Lowerer, red: TV, ndim: int, dims: Sequence[int]) -> TV:
@@ -114,6 +120,78 @@ def _extreme(kind: ReduceKind):
 
 register(aten.amax.default, aten.max.default)(_extreme(ReduceKind.MAX))
 register(aten.amin.default, aten.min.default)(_extreme(ReduceKind.MIN))
+
+
+def arg_extreme(lo: Lowerer, a: TV, dims: Sequence[int], kind: ReduceKind) -> TV:
+    """The int64 flat position (row-major over ``dims``) of the first maximum
+    (``ARGMAX``) or minimum (``ARGMIN``) of ``a``, NaN counting as both."""
+    if any(a.sizes[d] == 0 for d in dims):
+        raise Unsupported  # torch raises on an empty argmax; let it say so
+    kept = [d for d in range(len(a.sizes)) if d not in dims]
+    return lo.reduction(
+        [a.sizes[d] for d in kept],
+        [a.sizes[d] for d in dims],
+        kind,
+        torch.int64,
+        lambda index, rindex: _reduced_load(lo, a, dims, index, rindex),
+        acc_dtype=a.dtype,
+    )
+
+
+def _arg_rule(kind: ReduceKind):
+    def rule(lo: Lowerer, a: TV, dim=None, keepdim=False):
+        if a.dtype == torch.bool:
+            raise Unsupported  # torch's argmax rejects bool; let it say so
+        dims = _dims(a, dim)
+        out = arg_extreme(lo, a, dims, kind)
+        if keepdim:  # without a dim, every dim is kept as size 1
+            return keep_dims(lo, out, len(a.sizes), dims)
+        return out
+
+    return rule
+
+
+register(aten.argmax.default)(_arg_rule(ReduceKind.ARGMAX))
+register(aten.argmin.default)(_arg_rule(ReduceKind.ARGMIN))
+
+
+def _extreme_dim(kind: ReduceKind):
+    def rule(lo: Lowerer, a: TV, dim: int, keepdim=False):
+        dims = _dims(a, dim)
+        at = arg_extreme(lo, a, dims, kind)
+        d = dims[0] if dims else None
+
+        def value(index):
+            # The element at the returned position, so the value is exactly
+            # torch's (the first of tied -0.0 and 0.0, NaN's own bits).
+            if d is None:  # a 0-d input: its only element
+                return lo.load(a, [])
+            src = list(index)
+            src.insert(d, Index(((Indirect(lo.load(at, index), a.sizes[d]), 1),)))
+            return lo.load(a, src)
+
+        values = lo.pointwise(at.sizes, a.dtype, value)
+        return _finish(lo, values, a, dims, keepdim), _finish(lo, at, a, dims, keepdim)
+
+    return rule
+
+
+register(aten.max.dim)(_extreme_dim(ReduceKind.ARGMAX))
+register(aten.min.dim)(_extreme_dim(ReduceKind.ARGMIN))
+
+
+def _truth(kind: ReduceKind):
+    # any is a max of bools (false < true), all is a min; NaN is true, as in torch.
+    def rule(lo: Lowerer, a: TV, dim=None, keepdim=False):
+        dims = _dims(a, dim)
+        out = reduce(lo, a, dims, kind, _out_dtype(lo))
+        return _finish(lo, out, a, dims, keepdim)
+
+    return rule
+
+
+register(aten.any.default, aten.any.dim, aten.any.dims)(_truth(ReduceKind.MAX))
+register(aten.all.default, aten.all.dim, aten.all.dims)(_truth(ReduceKind.MIN))
 
 
 def _count(a: TV, dims) -> int:

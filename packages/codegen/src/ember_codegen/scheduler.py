@@ -121,6 +121,8 @@ def pure_view(node: Pointwise, lowered: LoweredGraph) -> AliasView | None:
         if not isinstance(term, Var) or not term.name.startswith("i"):
             return None
         strides[int(term.name[1:])] += coef
+    if any(s < 0 for s in strides):
+        return None  # flip: torch's as_strided takes no negative strides
     offset = flat.const
     # A size-1 dim's stride is free; keep the one torch gives the view.
     meta_strides = lowered.specs[node.name].strides
