@@ -190,3 +190,25 @@ def test_a_rule_returning_not_implemented_keeps_the_op_whole():
     aten_gm = trace_to_aten(gm, [x], {aten.exp.default: lambda x: NotImplemented})
     assert aten_targets(aten_gm) == [aten.exp.default]
     torch.testing.assert_close(aten_gm(x)[0], torch.exp(x))
+
+
+def test_trace_to_aten_flattens_return_types_outputs():
+    class Extremes(torch.nn.Module):
+        def forward(self, x):
+            return x.max(1), (x.min(0, keepdim=True), torch.isfinite(x))
+
+    x = torch.randn(3, 4)
+    x[1, 2] = float("inf")
+    gm = trace_to_aten(torch.fx.symbolic_trace(Extremes()), [x])
+    top, ((low, low_at), finite) = Extremes()(x)
+    expected = (top.values, top.indices, low, low_at, finite)
+    actual = gm(x)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+
+
+def test_aot_compile_rejects_nested_outputs_by_name():
+    gm = torch.fx.symbolic_trace(lambda x: (x.max(1), x + 1))
+    with pytest.raises(AotGradError, match="graph output 0 is a max holding tensors"):
+        aot_compile(gm, [torch.randn(3, 4)], lambda g, e: g)

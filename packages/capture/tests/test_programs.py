@@ -876,6 +876,14 @@ def return_namedtuple(x):
     return Pair(x, x * 2)
 
 
+@program(t(3, 4))
+def return_types_by_field(x):
+    top = x.max(1)
+    values, indices = torch.min(x, 0)
+    ranked = x.sort(dim=1, descending=True)
+    return top.values * 2, top.indices, top, ranked, values + indices, ranked[0]
+
+
 @program(t(3))
 def return_namedtuple_keywords(x):
     p = Pair(second=x + 1, first=x)

@@ -1,5 +1,6 @@
 """The umbrella's public API: compile forms, backends, caching, explain, errors."""
 
+import json
 import warnings
 from pathlib import Path
 
@@ -264,6 +265,33 @@ def test_explain_counts_a_break_and_the_graphs_around_it():
         {"Tensor.sum": 1, "operator.gt": 1},
         {"operator.mul": 1},
     ]
+
+
+def helper_that_prints(y):
+    y = y * 2
+    print("inside the helper")
+    return y + 1
+
+
+def calls_a_helper_that_prints(x):
+    y = helper_that_prints(x.sin())
+    return y.cos(), json.dumps({"n": 3})
+
+
+def test_explain_counts_a_break_inside_a_call_at_the_call_site_and_in_the_callee():
+    out = ember.explain(calls_a_helper_that_prints)(torch.randn(3))
+    # sin | the helper's mul | its add | cos: the caller breaks once at the call
+    # (the helper then compiles on its own and breaks once at its print), and
+    # json.dumps, library code that breaks inside, runs as it is.
+    assert out.graph_count == 4 and out.graph_break_count == 3
+    caller, callee, library = out.break_reasons
+    first = calls_a_helper_that_prints.__code__.co_firstlineno
+    printed = f"{__file__}:{helper_that_prints.__code__.co_firstlineno + 2}"
+    assert caller.location == f"{__file__}:{first + 1}"
+    assert caller.reason.startswith(f"a call into code that breaks at {printed} (print")
+    assert callee.location == printed
+    assert library.location == f"{__file__}:{first + 2}"
+    assert "json" in library.reason
 
 
 def test_bad_arguments_name_the_problem():

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx
+from torch.utils import _pytree as pytree
 
 from .decompositions import default_decompositions
 from .errors import AotGradError
@@ -89,24 +90,22 @@ def trace(
     example_inputs: Sequence[object],
     decompositions: Decompositions,
     joint: bool = False,
-    keep_alias_outputs: bool = False,
+    standalone: bool = False,
 ) -> AtenTrace:
     """Trace ``gm`` on ``example_inputs``; see AtenTrace for what comes back.
 
     ``joint`` also records the backward of every output that requires grad.
-    ``keep_alias_outputs`` makes outputs that view an input graph outputs too.
+    ``standalone`` (trace_to_aten) makes every tensor the user gets back a graph
+    output: those that view an input, and those inside nested outputs (a
+    torch.return_types, a tuple of tuples), flattened in pytree order.
     Raises AotGradError naming the op and user line for graphs it cannot trace.
     """
     try:
-        return _trace(
-            gm, example_inputs, decompositions, joint, keep_alias_outputs, True
-        )
+        return _trace(gm, example_inputs, decompositions, joint, standalone, True)
     except NeedsRealTensors as e:
         log.debug("no meta kernel for %s; tracing on copies of the inputs", e)
     with torch.random.fork_rng(devices=[]):
-        return _trace(
-            gm, example_inputs, decompositions, joint, keep_alias_outputs, False
-        )
+        return _trace(gm, example_inputs, decompositions, joint, standalone, False)
 
 
 def trace_device(example_inputs: Sequence[object]) -> torch.device:
@@ -117,7 +116,7 @@ def trace_device(example_inputs: Sequence[object]) -> torch.device:
     )
 
 
-def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_meta):
+def _trace(gm, example_inputs, decompositions, joint, standalone, on_meta):
     device = trace_device(example_inputs)
     rec = AtenRecorder(decompositions, MUTATION_RULES, device, on_meta)
     values = []
@@ -130,6 +129,17 @@ def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_met
     with torch.enable_grad() if joint else torch.no_grad(), rec:
         outputs = LocatingInterpreter(gm, rec).run(*values)
     flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    if standalone:
+        flat = pytree.tree_leaves(flat)
+    for k, out in enumerate(flat):
+        if not isinstance(out, torch.Tensor) and any(
+            isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(out)
+        ):
+            raise AotGradError(
+                f"graph output {k} is a {type(out).__name__} holding tensors; "
+                "aot_compile takes graphs that return a flat tuple of tensors "
+                "(trace_to_aten flattens nested outputs)"
+            )
 
     graph_outputs: list[torch.fx.Node] = []
     requires_grad: list[bool] = []
@@ -139,7 +149,7 @@ def _trace(gm, example_inputs, decompositions, joint, keep_alias_outputs, on_met
             specs.append(ConstantOutput(out))
             continue
         ref = rec.ref_of(out)
-        if ref.storage.input_index is not None and not keep_alias_outputs:
+        if ref.storage.input_index is not None and not standalone:
             specs.append(InputAlias(ref.storage.input_index, ref.chain))
             continue
         node = rec.current(ref)
@@ -269,8 +279,9 @@ def trace_to_aten(
     """A functional GraphModule of aten op overloads computing what ``gm`` computes.
 
     Inputs are the same flat list as ``gm``'s. The result returns a flat tuple: the
-    user's outputs, then the new value of each input the graph writes in place.
+    user's outputs (the tensors of nested ones, such as ``x.max(1)``'s values and
+    indices, in pytree order), then the new value of each input written in place.
     ``decompositions`` defaults to the built-in table (``{}`` decomposes nothing).
     """
     table = default_decompositions() if decompositions is None else decompositions
-    return trace(gm, example_inputs, table, keep_alias_outputs=True).gm
+    return trace(gm, example_inputs, table, standalone=True).gm

@@ -498,7 +498,9 @@ def _index(tx, seq: Value, item: Value) -> Value:
 
 @handles_method((NamedTupleValue,), "_asdict")
 def _asdict(tx, nt: NamedTupleValue) -> Value:
-    return DictValue(dict(zip(nt.cls._fields, nt.items)))
+    if not hasattr(nt.cls, "_fields"):  # a struct sequence has no _asdict
+        raise tx.unsupported(f"{nt.cls.__qualname__}._asdict()")
+    return DictValue(dict(zip(nt.fields, nt.items)))
 
 
 # -- nn.Module's iteration methods: the real module tree, each item with a source ----

@@ -245,8 +245,8 @@ def get_attr(tx: Interpreter, obj: Value, name: str) -> Value:
         if callable(real) and not isinstance(real, type):
             return MethodValue(obj, name)
         return tx.output.wrap_trusted(real)
-    if isinstance(obj, NamedTupleValue) and name in obj.cls._fields:
-        return obj.items[obj.cls._fields.index(name)]
+    if isinstance(obj, NamedTupleValue) and name in obj.fields:
+        return obj.items[obj.fields.index(name)]
     if isinstance(obj, DataclassValue) and name in obj.fields:
         return obj.fields[name]
     if isinstance(obj, SuperValue):
@@ -485,7 +485,7 @@ def constant(tx: Interpreter, v: Value) -> object:
     if isinstance(v, DictValue):
         return {k: constant(tx, i) for k, i in v.items.items()}
     if isinstance(v, NamedTupleValue):
-        return v.cls(*(constant(tx, i) for i in v.items))
+        return v.build([constant(tx, i) for i in v.items])
     raise tx.unsupported(f"using a {describe_value(v)} where a constant is needed")
 
 

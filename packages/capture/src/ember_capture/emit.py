@@ -127,8 +127,8 @@ class Emitter:
                 return v.source.code()
             return self._contents(v)
         if isinstance(v, NamedTupleValue):
-            items = ", ".join(self.expr(i) for i in v.items)
-            return f"{self.constant(v.cls)}({items})"
+            items = [self.expr(i) for i in v.items]
+            return f"{self.constant(v.cls)}{v.build_code(items)}"
         if isinstance(v, DataclassValue):
             fields = ", ".join(f"{k}={self.expr(i)}" for k, i in v.fields.items())
             return f"{self.constant(v.cls)}({fields})"

@@ -15,6 +15,7 @@ import inspect
 import types
 
 from .bytecode_interp import BreakPoint
+from .call_routing import is_user_callable
 from .emit import Emitter
 from .errors import CaptureError
 from .grad_mode import GradModeExit
@@ -73,6 +74,7 @@ def finish_at_break(
     code = fn.__code__
     if point is None:
         return None
+    _at_call_site(error, code, point)
     if code.co_flags & inspect.CO_GENERATOR:
         return _cannot_resume(error, "in a generator")
     name = point.inst.opname
@@ -128,6 +130,19 @@ def finish_at_break(
         args = ", ".join([e for _, e in stack if e is not None] + locals_)
         emitter.body.append(f"{indent}return {RESUME_CELL}{i}({args})")
     return emitter.result(tuple(codes), error)
+
+
+def _at_call_site(error: CaptureError, code: types.CodeType, point: BreakPoint) -> None:
+    """A break inside an inlined call is this frame's break at the call site:
+    the reason says so, so that the callee's own break (it is then compiled
+    on its own) is not read as the same one counted twice."""
+    if (error.filename, error.lineno) in (
+        (code.co_filename, point.lineno),
+        (None, None),
+    ):
+        return
+    error.reason = f"a call into code that breaks at {error.location} ({error.reason})"
+    error.filename, error.lineno = code.co_filename, point.lineno
 
 
 def _cannot_resume(error: CaptureError, where: str) -> None:
@@ -265,10 +280,12 @@ def _emit_before_with(emitter: Emitter, point: BreakPoint, code) -> list:
 
 
 def _is_user(fn: Value) -> bool:
-    """A callable ember should compile: Python code or a module, not a builtin."""
-    if isinstance(fn, (BoundFunctionValue, ModuleValue)):
-        return True
-    return isinstance(fn.value, (types.FunctionType, types.MethodType))
+    """A callable ember should compile on its own, by route_calls' rule: user
+    code, not a builtin, torch or the standard library (json.dumps runs as it
+    is, not as frames that each break again)."""
+    if isinstance(fn, BoundFunctionValue):
+        return is_user_callable(fn.func)
+    return is_user_callable(fn.value)
 
 
 def _emit_jump(emitter: Emitter, point: BreakPoint, code) -> list:

@@ -330,6 +330,8 @@ class OutputGraph:
                 item.meta["example_value"] = r
                 item.meta["user_loc"] = node.meta["user_loc"]
                 items.append(TensorValue(item, _to_meta(r), device))
+            if _is_namedtuple(result):  # torch.return_types: .values, .indices
+                return NamedTupleValue(type(result), tuple(items))
             return TupleValue(tuple(items))
         raise self.error(
             f"{_op_name(kind, target)} returning {type(result).__name__}",
@@ -398,7 +400,11 @@ def _takes_float_inputs(kind: str, target: Any, args: tuple) -> bool:
 
 
 def _is_namedtuple(value: object) -> bool:
-    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+    """A namedtuple or a struct sequence (torch.return_types)."""
+    kind = type(value)
+    return issubclass(kind, tuple) and (
+        hasattr(kind, "_fields") or hasattr(kind, "n_sequence_fields")
+    )
 
 
 def _placeholder_name(source: Source) -> str:

@@ -119,9 +119,27 @@ class DictValue(Value):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class NamedTupleValue(Value):
+    """A namedtuple, or a torch.return_types struct sequence (what max(dim),
+    topk or sort return): a tuple whose items are also read by field name."""
+
     cls: type
     items: tuple[Value, ...]
     source: Source | None = None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        # Struct sequences have no _fields; Python gives them __match_args__.
+        return getattr(self.cls, "_fields", None) or self.cls.__match_args__
+
+    def build_code(self, items: list[str]) -> str:
+        """Python source calling the class on ``items`` (already source code)."""
+        if hasattr(self.cls, "_fields"):
+            return f"({', '.join(items)})"
+        return f"(({', '.join(items)},),)"  # a struct sequence takes one tuple
+
+    def build(self, items: list[object]) -> tuple:
+        """An instance of the class holding ``items``."""
+        return self.cls(*items) if hasattr(self.cls, "_fields") else self.cls(items)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
