@@ -179,11 +179,11 @@ def test_dead_buffer_memory_is_reused(cpp):
         d = aten.relu.default(c)  # a loop buffer that can take a's memory
         return (aten.mm.default(d, w),)
 
-    x, w = torch.randn(64, 64), torch.randn(64, 64)  # 16 KiB buffers: worth reusing
+    x, w = torch.randn(512, 512), torch.randn(512, 512)  # 1 MiB: worth reusing
     compiled = cpp(fn, x, w)
     check(compiled, fn, x, w, rtol=1e-4, atol=1e-4)
     assert "reuses the memory of" in compiled.wrapper_source
-    small = cpp(fn, x[:4, :4].contiguous(), w[:4, :4].contiguous())
+    small = cpp(fn, x[:64, :64].contiguous(), w[:64, :64].contiguous())
     assert "reuses the memory of" not in small.wrapper_source  # cheaper fresh
 
 
