@@ -258,6 +258,40 @@ def test_erf_within_one_ulp_of_float64_and_exact_at_the_edges(cpp):
     assert torch.equal(got.signbit(), torch.erf(special).signbit())
 
 
+def test_reductions_over_leading_dims_run_by_columns(cpp):
+    """Bias gradients and other sums over rows: lanes along the contiguous
+    output, each folding its column in order; tails, NaN, ties, several
+    reduced dims, keepdim, a team of threads and a long float sum."""
+
+    def fn(x, y, z, tall):
+        return (
+            aten.sum.dim_IntList(x, [0]),
+            aten.amax.default(y, [0, 1]),
+            aten.amin.default(y, [0, 1], True),
+            aten.argmax.default(x, 0),
+            aten.argmin.default(y, 1),
+            aten.prod.dim_int(aten.mul.Tensor(x, 0.01), 0),
+            aten.sum.dim_IntList(z, [0, 1]),
+            aten.sum.dim_IntList(tall, [0]),
+        )
+
+    x = torch.randn(300, 70)
+    x[7, 3], x[9, 3] = math.nan, math.inf
+    x[5, 4] = x[200, 4] = 50.0  # a tie: the first row wins
+    y = torch.randn(5, 33, 130)
+    y[1, 2, 129] = -math.inf
+    z = torch.randn(64, 32, 96)  # enough work for the team
+    tall = torch.randn(20_000, 12)
+    compiled = cpp(fn, x, y, z, tall)
+    by_columns = compiled.cpp_source.count("by columns")
+    assert by_columns == 8, compiled.cpp_source  # each reduces over outer dims
+    got = compiled(x, y, z, tall)
+    for a, e in zip(got, fn(x, y, z, tall)):
+        torch.testing.assert_close(a, e, equal_nan=True, rtol=1e-5, atol=1e-4)
+    exact = tall.double().sum(0)
+    assert ((got[-1].double() - exact).abs() < 2e-3).all()  # cascaded, not serial
+
+
 def test_float64_and_int32_kernels(cpp):
     def fn(d, i):
         return (

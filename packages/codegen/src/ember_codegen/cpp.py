@@ -24,7 +24,7 @@ from .cpp_expr import (
     offset,
     open_loops,
 )
-from .cpp_reduce import next_rows, reductions
+from .cpp_reduce import column_reductions, next_rows, reductions
 from .indexing import Index, render, substitute, var
 from .ir import (
     C_TYPES,
@@ -107,6 +107,11 @@ def emit_kernel(
         numel(s.sizes) * numel(getattr(s, "reduce_sizes", ())) for s in kernel.stages
     )
     parallel = work >= PARALLEL_MIN_WORK
+    scope = Scope({}, strides)
+    stages = _store_once(kernel, scope)
+    columns = None if checked else column_reductions(kernel, scope, "  ", parallel)
+    if columns is not None:
+        return "\n".join([*lines, *columns, "}"])
     indent = "  "
     if outer and parallel and numel(outer) > 1:
         collapse = f" collapse({len(outer)})" if len(outer) > 1 else ""
@@ -114,8 +119,6 @@ def emit_kernel(
     for d, size in enumerate(outer):
         lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
         indent += "  "
-    scope = Scope({}, strides)
-    stages = _store_once(kernel, scope)
     loops = 0
     prefetch: tuple[Load, ...] = ()
     while stages:

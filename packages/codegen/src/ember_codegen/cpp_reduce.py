@@ -1,10 +1,13 @@
 """C++ loops for reductions: lanes of partial accumulators (so the loop
 vectorizes and hides the add's latency), a pairwise fold of the lanes in a
 fixed order, full reductions split across the OpenMP team with per-thread
-partials, and prefetches of the next row while a row is in cache.
+partials, prefetches of the next row while a row is in cache, and column
+reductions (over dims outer in memory) with the lanes along the output instead.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from .cpp_expr import (
     ARG_KINDS,
@@ -17,10 +20,11 @@ from .cpp_expr import (
     close_loops,
     identity,
     ivar,
+    numel,
     offset,
     open_loops,
 )
-from .indexing import Var, indirect_terms, render, substitute, var
+from .indexing import Div, Index, Mod, Var, indirect_terms, render, substitute, var
 from .ir import C_TYPES, Load, Pointwise, Reduction, describe_origin, loads
 from .lowering import contiguous
 from .scheduler import Kernel
@@ -324,3 +328,160 @@ def _position(red: Reduction) -> str:
     dims: what argmax and argmin return."""
     rvars = tuple(var(f"r{d}", 2**62) for d in range(len(red.reduce_sizes)))
     return render(offset(rvars, contiguous(red.reduce_sizes)))
+
+
+# A column reduction folds this many consecutive rows into a partial before
+# adding it to the total, so a float sum over R rows errs like about 64 + R/64
+# additions, not R (torch's own sums are cascaded, too).
+COLUMN_BLOCK = 64
+# A column reduction needs an output row at least this long (a 256-bit vector
+# of float32, two of float64); shorter ones keep their lanes along the rows.
+MIN_COLUMN_LANES = 8
+
+
+def column_reductions(
+    kernel: Kernel, scope: Scope, indent: str, parallel: bool
+) -> list[str] | None:
+    """The loops of a kernel of reductions over dims outer in memory (a bias
+    gradient: a sum over the rows of a row-major matrix), or None for any other
+    kernel. The lanes run along the output's last dim, contiguous in the input,
+    and each lane folds its column over the reduced dims in order; rows are
+    contiguous reads. With the lanes along the reduced dim instead, each lane
+    would read a strided column."""
+    group = list(kernel.stages)
+    if not _columns_pay(group, kernel, scope):
+        return None
+    first = group[0]
+    sizes, last = first.sizes, first.sizes[-1]
+    n, lanes = len(sizes), lanes_for(last)
+    lines = [
+        f"{indent}// {r.name} = {r.kind.value} of {describe_origin(r.origin)}, "
+        "by columns"
+        for r in group
+    ]
+    blocks = -(-last // lanes)
+    if parallel and blocks * numel(sizes[:-1]) > 1:
+        lines.append(f"{indent}#pragma omp parallel for collapse({n})")
+    inner = open_loops(sizes[:-1], 0, "i", indent, lines)
+    lines.append(f"{inner}for (int64_t ib = 0; ib < {last}; ib += {lanes}) {{")
+    body = inner + "  "
+    lines.append(
+        f"{body}const int64_t width = {last} - ib < {lanes} ? {last} - ib : {lanes};"
+    )
+    lines += _declare_acc(group, body, lanes)
+    reduce_sizes = first.reduce_sizes
+    rows = open_loops(reduce_sizes[:-1], 0, "r", body, lines)
+    r, total = f"r{len(reduce_sizes) - 1}", reduce_sizes[-1]
+    lines.append(f"{rows}for (int64_t rb = 0; rb < {total}; rb += {COLUMN_BLOCK}) {{")
+    part_group = [_renamed(red) for red in group]
+    lines += _declare_acc(part_group, rows + "  ", lanes)
+    lines.append(
+        f"{rows}  for (int64_t {r} = rb; {r} < rb + {COLUMN_BLOCK} && {r} < {total}; "
+        f"++{r}) {{"
+    )
+    lines += _lane_loop(
+        part_group,
+        rows + "    ",
+        n,
+        lambda ind: _accumulate(part_group, scope, ind, "k"),
+    )
+    lines.append(f"{rows}  }}")
+
+    def fold_parts(ind: str) -> list[str]:
+        lines = []
+        for red in group:
+            part = _slot(red, f"{red.name}_part_acc", "k")
+            lines.append(
+                f"{ind}{_fold(red, _slot(red, f'{red.name}_acc', 'k'), *part)}"
+            )
+        return lines
+
+    lines += _lane_loop(group, rows + "  ", n, fold_parts, indexed=False)
+    lines.append(f"{rows}}}")
+    close_loops(len(reduce_sizes) - 1, rows, lines)
+
+    def store(ind: str) -> list[str]:
+        idx = tuple(ivar(d) for d in range(n))
+        out = []
+        for red in group:
+            value = _slot(red, f"{red.name}_acc", "k")[
+                1 if red.kind in ARG_KINDS else 0
+            ]
+            at = render(offset(idx, scope.strides[red.name]))
+            out.append(
+                f"{ind}{red.name}[{at}] = static_cast<{C_TYPES[red.dtype]}>({value});"
+            )
+        return out
+
+    lines += _lane_loop(group, body, n, store)
+    lines.append(f"{inner}}}")
+    close_loops(len(sizes) - 1, inner, lines)
+    return lines
+
+
+def _lane_loop(
+    group: list[Reduction], indent: str, n: int, body, indexed: bool = True
+) -> list[str]:
+    """``for k < width``; ``indexed`` sets the output's last loop variable to
+    ``ib + k`` in it."""
+    lines = [f"{indent}#pragma omp simd"] if _simd(group) else []
+    lines.append(f"{indent}for (int64_t k = 0; k < width; ++k) {{")
+    if indexed:
+        lines.append(f"{indent}  const int64_t i{n - 1} = ib + k;")
+    lines += body(indent + "  ")
+    lines.append(f"{indent}}}")
+    return lines
+
+
+def _renamed(red: Reduction) -> Reduction:
+    """``red`` accumulating into ``<name>_part_acc`` (a block's partial)."""
+    return replace(red, name=f"{red.name}_part")
+
+
+def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
+    """Whether ``group`` is a kernel of reductions worth running by columns:
+    all over the same ranges, all stored, none reading another, and reading
+    some input contiguously along the output's last dim but not along the
+    last reduced dim (reads contiguous along the reduced dim belong in rows)."""
+    if not group or scope.spills or not all(isinstance(s, Reduction) for s in group):
+        return False
+    first = group[0]
+    if not first.reduce_sizes or kernel.outer != first.sizes:
+        return False
+    if not first.sizes or first.sizes[-1] < MIN_COLUMN_LANES:
+        return False  # lanes this short would not fill a vector
+    names = {s.name for s in group}
+    if any(
+        s.sizes != first.sizes
+        or s.reduce_sizes != first.reduce_sizes
+        or s.name not in kernel.stored
+        or any(ld.name in names for ld in loads(s.expr))
+        for s in group
+    ):
+        return False
+    i_last, r_last = f"i{len(first.sizes) - 1}", f"r{len(first.reduce_sizes) - 1}"
+    along_output = False
+    for red in group:
+        for ld in loads(red.expr):
+            flat = offset(ld.index, scope.strides[ld.name])
+            if indirect_terms(flat):
+                return False
+            out_step, red_step = _step(flat, i_last), _step(flat, r_last)
+            if out_step is None or red_step is None:
+                return False
+            if red_step == 1 and out_step != 0:
+                return False
+            along_output |= out_step == 1 and red_step != 1
+    return along_output
+
+
+def _step(flat: Index, name: str) -> int | None:
+    """How far ``flat`` moves when loop variable ``name`` grows by one, or None
+    when it appears inside a division or modulo."""
+    step = 0
+    for term, coef in flat.terms:
+        if isinstance(term, Var):
+            step += coef if term.name == name else 0
+        elif isinstance(term, (Div, Mod)) and _step(term.num, name) != 0:
+            return None
+    return step
