@@ -85,8 +85,9 @@ def test_try_block_frame_runs_eagerly_and_its_calls_compile(capsys):
     # again, and F.gelu and LayerNorm are not compiled as frames of their own
     assert len(counter.graphs) == 2
     forward = compiled._compiled_forward
-    assert forward.dispatcher.counters.compiles == 1
-    assert len(forward.dispatcher.entries) == 1
+    counters = forward.dispatcher.counters
+    assert counters.compiles == 0 and counters.misses == counters.eager_calls == 3
+    assert not forward.dispatcher.entries  # no entry: misses run the fallback
     (reason,) = forward.breaks
     assert reason.location == f"{__file__}:{PRINT_LINE}"
     assert "print()" in reason.reason
@@ -153,3 +154,27 @@ def test_fullgraph_still_raises_for_a_frame_that_runs_eagerly(capsys):
     compiled = ember.compile(PrintsInTry(), fullgraph=True)
     with pytest.raises(CaptureError, match="print"):
         compiled(torch.randn(2, 8))
+
+
+def plain_or_printing(x, mode):
+    if mode == "print":
+        try:  # a break here cannot be resumed: the frame runs as Python
+            print("printing")
+        except ValueError:
+            return x
+    return torch.relu(x) * 2
+
+
+def test_a_frame_that_ran_eagerly_leaves_the_compiled_entries_serving(capsys):
+    compiled = ember.compile(plain_or_printing)
+    x = torch.randn(6)
+    compiled(x, "plain")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        compiled(x, "print")
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, "plain"), plain_or_printing(x, "plain"))
+    compiled(x, "print")
+    counters = compiled.dispatcher.counters
+    assert len(compiled.dispatcher.entries) == 1  # the compiled one, no eager entry
+    assert counters.hits == 3 and counters.eager_calls == 2 and counters.compiles == 1

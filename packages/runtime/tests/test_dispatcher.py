@@ -10,6 +10,7 @@ import torch
 from ember_runtime import (
     Counters,
     Dispatcher,
+    Fallback,
     GuardedEntry,
     GuardSpec,
     TensorCheck,
@@ -142,6 +143,26 @@ def test_convert_giving_up_runs_misses_plainly_and_keeps_entries():
     assert d(1.5) == 3.0  # a later miss runs plainly: no more converting
     assert d(3) == ("compiled", 6)  # the existing entry still serves its calls
     assert compiled == [int] and d.counters.eager_calls == 2
+
+
+def test_a_fallback_runs_the_misses_and_never_shadows_the_entries():
+    compiled, fallback_calls = [], []
+    typed = type_guarded_convert(compiled)
+
+    def fallback(x):
+        fallback_calls.append(x)
+        return ("fallback", x)
+
+    def convert(args, kwargs):
+        return Fallback(fallback) if isinstance(args[0], str) else typed(args, kwargs)
+
+    d = Dispatcher(scale, convert)
+    assert d(2) == ("compiled", 4)
+    assert d("ab") == ("fallback", "ab")
+    assert d(3) == ("compiled", 6)  # not the fallback, though it came later
+    assert d(1.5) == ("fallback", 1.5)  # no more converting
+    assert compiled == [int] and fallback_calls == ["ab", 1.5]
+    assert len(d.entries) == 1 and d.counters.eager_calls == 2
 
 
 def tensor_guarded_convert(compiled, native=None):

@@ -15,6 +15,7 @@ import ember_capture
 from ember_runtime import (
     Counters,
     Entry,
+    Fallback,
     GuardCheck,
     GuardedEntry,
     GuardSpec,
@@ -48,15 +49,15 @@ def make_convert(
     hook: Callable[[Callable], Callable],
     counters: Counters,
     meta_cache: MetaResultsCache | None = None,
-) -> Callable[[tuple, dict], Entry]:
+) -> Callable[[tuple, dict], Entry | Fallback]:
     """The Dispatcher's ``convert`` for ``fn``: capture, compile each graph with
     ``backend``, and build the transformed function (``hook`` compiles what runs
-    after a graph break). When capture cannot handle ``fn`` at all, an entry that
-    always matches runs ``fn`` as Python with its calls of user code routed
-    through ``hook`` (``ember_capture.route_calls``).
+    after a graph break). When capture cannot handle ``fn`` at all, a Fallback
+    runs ``fn`` as Python, for every call no earlier entry matches, with its
+    calls of user code routed through ``hook`` (``ember_capture.route_calls``).
     ``meta_cache`` keeps the meta-kernel results capture used across processes."""
 
-    def convert(args: tuple, kwargs: dict) -> Entry:
+    def convert(args: tuple, kwargs: dict) -> Entry | Fallback:
         try:
             with counters.timed("capture"):
                 if meta_cache is not None:
@@ -67,14 +68,11 @@ def make_convert(
                 raise
             breaks.append(BreakReason(e.reason, e.location))
             warn_user(f"ember: {fn.__qualname__} runs eagerly: {e}")
-            # From now on fn runs as Python on every call (no guards: it is not
-            # captured again, even for inputs capture could take), but the user
-            # code it calls goes through the hook and is compiled on its own.
-            return GuardedEntry(
-                lambda f_locals: True,
-                lambda f_locals: None,
-                ember_capture.route_calls(fn, hook),
-            )
+            # From now on a call no compiled entry matches runs fn as Python
+            # (it is not captured again, even for inputs capture could take),
+            # but the user code it calls goes through the hook and is compiled
+            # on its own.
+            return Fallback(ember_capture.route_calls(fn, hook))
         if result.break_reason is not None:
             if fullgraph:
                 raise result.break_reason

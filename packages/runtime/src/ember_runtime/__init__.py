@@ -7,7 +7,7 @@ disk across processes. See docs/runtime.md.
 """
 
 from .counters import Counters
-from .dispatcher import Dispatcher, Entry, GuardedEntry, user_stacklevel
+from .dispatcher import Dispatcher, Entry, Fallback, GuardedEntry, user_stacklevel
 from .guards import (
     GuardCheck,
     GuardSpec,
@@ -24,6 +24,7 @@ __all__ = [
     "Counters",
     "Dispatcher",
     "Entry",
+    "Fallback",
     "GuardCheck",
     "GuardSpec",
     "GuardedEntry",

@@ -3,8 +3,9 @@
 Per function: an ordered list of guarded entries. A call binds its arguments to the
 function's locals, runs the first entry whose guards hold (the most recently hit is
 tried first), or converts the call into a new entry. A convert that gives up (returns
-None) and a miss past the recompile limit both run the plain function; the limit
-also warns once, naming the guard that kept failing.
+None, or a Fallback saying what to run instead) and a miss past the recompile limit
+run the function without an entry; the limit also warns once, naming the guard
+that kept failing.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ class Entry(Protocol):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Fallback:
+    """What ``convert`` returns when the function cannot be compiled: later
+    misses run ``run`` (say, the function with the user code it calls routed to
+    compilation) instead of the plain function. It is not an entry: the entries
+    compiled before keep serving the calls they match."""
+
+    run: Callable[..., object]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class GuardedEntry:
     """A plain Entry made of three callables."""
 
@@ -47,24 +58,26 @@ class GuardedEntry:
 class Dispatcher:
     """Guarded dispatch for one function.
 
-    ``convert(args, kwargs) -> Entry | None`` is called on a miss (under a lock, so
-    two threads missing at once compile once). None means the function cannot be
-    compiled: later misses run it as it is, while existing entries keep serving the
-    calls they match. ``recompile_reasons`` records why each later convert happened.
+    ``convert(args, kwargs) -> Entry | Fallback | None`` is called on a miss (under
+    a lock, so two threads missing at once compile once). None or a Fallback means
+    the function cannot be compiled: later misses run it as it is (or the
+    Fallback's ``run``), while existing entries keep serving the calls they match.
+    ``recompile_reasons`` records why each later convert happened.
     ``counters`` may be passed in, so that ``convert`` can add stage times to the
     same object (``counters.timed("codegen")``); each convert is timed as
     ``compile_seconds["convert"]``.
     """
 
     fn: types.FunctionType
-    convert: Callable[[tuple, dict], Entry | None]
+    convert: Callable[[tuple, dict], Entry | Fallback | None]
     recompile_limit: int = 8
     counters: Counters = field(default_factory=Counters)
     recompile_reasons: list[str] = field(default_factory=list)
     _entries: tuple[Entry, ...] = ()
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _warned: bool = False
-    _gave_up: bool = False  # convert returned None: misses run the plain function
+    _gave_up: bool = False  # convert gave up: misses run _fallback or the function
+    _fallback: Callable[..., object] | None = None
 
     def __post_init__(self) -> None:
         self._bind = _binder(self.fn)
@@ -96,6 +109,7 @@ class Dispatcher:
             self.recompile_reasons = []
             self._warned = False
             self._gave_up = False
+            self._fallback = None
 
     def _promote(self, entry: Entry) -> None:
         with self._lock:
@@ -119,6 +133,8 @@ class Dispatcher:
                     self.recompile_reasons.append(reason)
                 with self.counters.timed("convert"):
                     entry = self.convert(args, kwargs)
+                if isinstance(entry, Fallback):
+                    self._fallback, entry = entry.run, None
                 self._gave_up = entry is None
             if entry is None:
                 self.counters.eager_calls += 1
@@ -126,7 +142,7 @@ class Dispatcher:
                 self.counters.compiles += 1
                 self._entries = (entry, *self._entries)
         if entry is None:
-            return self.fn(*args, **kwargs)
+            return (self._fallback or self.fn)(*args, **kwargs)
         return entry.run(*args, **kwargs)
 
     def _warn_limit(self, reason: str | None) -> None:
