@@ -107,3 +107,37 @@ def test_in_place_update_of_an_input_matches_eager():
     expected = fn(a2, b)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(a, a2)
+
+
+class ConvPool(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4 * 5 * 5, 3)
+
+    def forward(self, x):
+        y = F.max_pool2d(F.relu(self.conv(x)), 3, stride=2, padding=1)
+        return self.fc(torch.flatten(y, 1)).pow(2).sum()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_conv_pool_training_matches_eager_and_leaves_nothing_to_torch(layout):
+    torch.manual_seed(0)
+    model = ConvPool()
+    compiled = ember.compile(model)
+    params = list(model.parameters())
+    for _ in range(2):
+        x = torch.randn(2, 3, 10, 9)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        model.zero_grad()
+        expected = model(x)
+        expected.backward()
+        want = [p.grad.clone() for p in params]
+        model.zero_grad()
+        got = compiled(x)
+        got.backward()
+        torch.testing.assert_close(got, expected)
+        for g, w in zip([p.grad for p in params], want):
+            torch.testing.assert_close(g, w)
+    assert ember.explain(model)(x).fallback_ops == []

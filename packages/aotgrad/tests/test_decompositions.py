@@ -107,6 +107,13 @@ CASES = {
         lambda q, k, v: (F.scaled_dot_product_attention(q, k, v, is_causal=True),),
         lambda: [r(1, 2, 4, 8), r(1, 2, 4, 8), r(1, 2, 4, 8)],
     ),
+    "max_pool2d": (
+        lambda x: (
+            F.max_pool2d(x, 3, 2, 1),  # overlapping windows: added gradients
+            F.max_pool2d(x.contiguous(memory_format=torch.channels_last), 2),
+        ),
+        lambda: [r(2, 3, 7, 6)],
+    ),
     "views_and_creation": (
         lambda x: (
             x.t() @ torch.ones(4, 2),

@@ -132,15 +132,21 @@ def test_views_are_index_math(cpp):
 def test_cat_split_and_non_contiguous_input(cpp):
     def fn(a, b):
         parts = aten.split.Tensor(a, 3, 1)
+        gates = aten.unsafe_split.Tensor(a, 4, 1)  # what GRU and LSTM cells use
+        sized = aten.unsafe_split_with_sizes.default(b, [1, 1], 1)
         return (
             aten.cat.default([a, b], 1),
             aten.cat.default([parts[1], parts[0]], 0),
             aten.mul.Tensor(parts[2], 2),
+            aten.sub.Tensor(gates[0], gates[1]),
+            aten.add.Tensor(sized[1], sized[0]),
         )
 
     a = torch.randn(8, 4).t()  # (4, 8), transposed strides
     b = torch.randn(4, 2)
-    check(cpp(fn, a, b), fn, a, b)
+    compiled = cpp(fn, a, b)
+    check(compiled, fn, a, b)
+    assert compiled.fallback_ops == ()
 
 
 @pytest.mark.parametrize("dims, keepdim", [([1], False), ([0], True), ([0, 1], False)])
@@ -655,3 +661,65 @@ def test_any_all_every_form(cpp, dtype):
     compiled = cpp(fn, x, e, s)
     check(compiled, fn, x, e, s)
     assert compiled.fallback_ops == ()
+
+
+NAN, INF = math.nan, math.inf
+POOLS = {
+    "nan_last_wins": (
+        torch.tensor([[[[1.0, NAN, 3.0, NAN], [NAN, 2.0, 0.0, 5.0]]]]),
+        (2, 2, 0, False),
+    ),
+    "all_minus_inf_padded": (torch.full((1, 1, 3, 3), -INF), (3, 2, 1, False)),
+    "ties_first_valid": (torch.full((1, 1, 2, 2), 2.0), (2, 1, 1, False)),
+    "ceil_mode": (torch.randn(2, 3, 9, 11), (3, 2, 1, True)),
+    "channels_last": (
+        torch.randn(2, 3, 9, 11).contiguous(memory_format=torch.channels_last),
+        ((3, 2), (1, 2), (1, 0), False),
+    ),
+    "no_batch_dim": (torch.randn(3, 8, 8), (2, 2, 0, False)),
+    "many_ties": (torch.randint(0, 3, (2, 2, 6, 6)).float(), (3, 1, 1, False)),
+}
+
+
+@pytest.mark.parametrize("case", POOLS)
+def test_max_pool2d_values_and_indices_match_torch(cpp, case):
+    x, (kernel, stride, padding, ceil_mode) = POOLS[case]
+
+    def fn(x):
+        out = aten.max_pool2d_with_indices.default(
+            x, kernel, stride, padding, 1, ceil_mode
+        )
+        return (out[0], out[1])
+
+    compiled = cpp(fn, x)
+    assert compiled.fallback_ops == ()
+    check(compiled, fn, x)
+    assert torch.equal(compiled(x)[1], fn(x)[1])  # the same index, every time
+
+
+def test_max_pool2d_with_dilation_runs_through_torch(cpp):
+    def fn(x):
+        out = aten.max_pool2d_with_indices.default(x, [3, 3], [1, 1], [1, 1], [2, 2])
+        return (out[0], out[1])
+
+    x = torch.randn(1, 2, 7, 7)
+    compiled = cpp(fn, x)
+    assert compiled.fallback_ops == ("aten.max_pool2d_with_indices.default",)
+    check(compiled, fn, x)
+
+
+def test_a_loop_reads_a_channels_last_convolution_in_its_compiled_layout(cpp):
+    """torch's meta kernel says a convolution of a channels-last input is
+    row-major; the CPU kernel returns it channels-last. The loop after it
+    must still read the right elements."""
+
+    def fn(x, w, b):
+        out = aten.convolution.default(
+            x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1
+        )
+        return (aten.mul.Tensor(aten.relu.default(out), 2),)
+
+    x = torch.randn(2, 3, 10, 9).contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(4, 3, 3, 3), torch.randn(4)
+    (got,) = cpp(fn, x, w, b)(x, w, b)
+    torch.testing.assert_close(got, fn(x, w, b)[0])

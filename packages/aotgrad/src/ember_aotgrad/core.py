@@ -65,6 +65,9 @@ REDUCTIONS = frozenset(
         aten.all.default,
         aten.all.dim,
         aten.cumsum.default,
+        # A max over each window, with its argmax: kept whole so a compiler
+        # lowers the window; its backward decomposes to scatter_add.
+        aten.max_pool2d_with_indices.default,
     }
 )
 

@@ -146,14 +146,17 @@ template <typename T> static inline T ember_remainder(T a, T b) {
 
 // argmax/argmin keep a value and its flat position in the reduced dims (two
 // arrays of lanes, so the loops vectorize). Whether (bv, bi) replaces (av, ai):
-// NaN beats any number (torch returns the first NaN) and ties go to the lower
-// position, so lanes, thread partials and the last block may fold in any
-// order and still give torch's first index of the extreme value.
-template <bool Max, typename T>
+// NaN beats any number (torch returns the first NaN; its pooling kernels the
+// last, with LastNan) and ties go to the lower position, so lanes, thread
+// partials and the last block may fold in any order and still give torch's
+// index.
+template <bool Max, bool LastNan, typename T>
 static inline bool ember_arg_takes(T av, int64_t ai, T bv, int64_t bi) {
   const bool a_nan = av != av, b_nan = bv != bv, first = bi < ai;
   const bool beats = Max ? bv > av : bv < av;
-  return (b_nan & (!a_nan | first)) | (!a_nan & (beats | ((bv == av) & first)));
+  const bool nan_order = LastNan ? !first : first;
+  return (b_nan & (!a_nan | nan_order)) |
+         (!a_nan & (beats | ((bv == av) & first)));
 }
 
 // A full reduction splits across at most this many threads (one partial each).
@@ -265,10 +268,15 @@ COMBINE = {
 
 # argmax/argmin: whether the value and position {2}, {3} replace {0}, {1}; by the
 # kind whose values they compare (and whose identity they start from).
-ARG_KINDS = {ReduceKind.ARGMAX: ReduceKind.MAX, ReduceKind.ARGMIN: ReduceKind.MIN}
+ARG_KINDS = {
+    ReduceKind.ARGMAX: ReduceKind.MAX,
+    ReduceKind.ARGMIN: ReduceKind.MIN,
+    ReduceKind.ARGMAX_LAST_NAN: ReduceKind.MAX,
+}
 ARG_TAKES = {
-    ReduceKind.ARGMAX: "ember_arg_takes<true>({0}, {1}, {2}, {3})",
-    ReduceKind.ARGMIN: "ember_arg_takes<false>({0}, {1}, {2}, {3})",
+    ReduceKind.ARGMAX: "ember_arg_takes<true, false>({0}, {1}, {2}, {3})",
+    ReduceKind.ARGMIN: "ember_arg_takes<false, false>({0}, {1}, {2}, {3})",
+    ReduceKind.ARGMAX_LAST_NAN: "ember_arg_takes<true, true>({0}, {1}, {2}, {3})",
 }
 # The position an argmax/argmin accumulator starts from: above any real one,
 # so the first element always replaces the identity, even when equal to it.

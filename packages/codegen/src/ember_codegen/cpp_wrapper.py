@@ -185,9 +185,20 @@ def _extern(step: Extern, specs, read_by_kernels: set[str]) -> list[str]:
         lhs += ","
     lines = [f"{lhs} = {op_path(step.op)}({', '.join(args)})"]
     for name in targets:
-        if name != "_" and name in read_by_kernels and step.fallback:
+        if (
+            name != "_"
+            and name in read_by_kernels
+            and (step.fallback or step.op not in CONTIGUOUS_RESULTS)
+        ):
             lines.append(f"{name} = fix_layout({name}, {_layout(specs[name])})")
     return lines
+
+
+# Library kernels whose result always has the strides their meta kernel gives
+# (a fresh row-major tensor). Others may not: convolution's meta kernel says
+# row-major where the CPU kernel returns channels-last for a channels-last
+# input, so a loop reading the result gets it in the layout it was compiled for.
+CONTIGUOUS_RESULTS = frozenset([torch.ops.aten.mm.default, torch.ops.aten.bmm.default])
 
 
 def _returns_sequence(step: Extern) -> bool:

@@ -76,6 +76,9 @@ class ReduceKind(enum.Enum):
     # the compared values'.
     ARGMAX = "argmax"
     ARGMIN = "argmin"
+    # max_pool2d's indices: as ARGMAX, but of several NaNs the last one wins,
+    # as in torch's pooling kernels.
+    ARGMAX_LAST_NAN = "argmax_last_nan"
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,14 +151,16 @@ def _split_views(lo: Lowerer, a: TV, sizes: Sequence[int], dim: int) -> tuple[TV
     return tuple(views)
 
 
-@register(aten.split.Tensor)
+# unsafe_split (GRU and LSTM cells chunk with it) returns the same views; only
+# autograd's view tracking differs.
+@register(aten.split.Tensor, aten.unsafe_split.Tensor)
 def _split(lo: Lowerer, a: TV, split_size: int, dim: int = 0):
     return _split_views(
         lo, a, [m.shape[_dim(dim, len(a.sizes))] for m in lo.out_meta], dim
     )
 
 
-@register(aten.split_with_sizes.default)
+@register(aten.split_with_sizes.default, aten.unsafe_split_with_sizes.default)
 def _split_with_sizes(lo: Lowerer, a: TV, split_sizes, dim: int = 0):
     return _split_views(lo, a, split_sizes, dim)
 

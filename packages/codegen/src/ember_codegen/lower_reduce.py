@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .indexing import ZERO, Index, Indirect
-from .ir import Expr, ReduceKind
+from .ir import Expr, IndexValue, ReduceKind
 from .lower_pointwise import call
 from .lowering import TV, Lowerer, Unsupported, cast, constant, extern, register
 
@@ -178,6 +178,68 @@ def _extreme_dim(kind: ReduceKind):
 
 register(aten.max.dim)(_extreme_dim(ReduceKind.ARGMAX))
 register(aten.min.dim)(_extreme_dim(ReduceKind.ARGMIN))
+
+
+def _pair(value) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
+
+
+def _clamped(position: Index, size: int) -> Index:
+    """``position`` clamped into ``[0, size)``, as an index term."""
+    zero, last = constant(0, torch.int64), constant(size - 1, torch.int64)
+    value = call("minimum", call("maximum", IndexValue(position), zero), last)
+    return Index(((Indirect(value, size), 1),))
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d(
+    lo: Lowerer, x: TV, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False
+):
+    """The argmax over each window (of several NaNs the last, as torch), then
+    the input at it. A window position in the padding reads the nearest input
+    row or column instead of -inf: with unit dilation that element is in the
+    same window and comes first in scan order exactly where torch's first
+    valid element would, so values, ties and all -inf windows match torch."""
+    kernel = _pair(kernel_size)
+    step = _pair(stride) if stride else kernel
+    pad = _pair(padding)
+    if _pair(dilation) != (1, 1) or not x.dtype.is_floating_point:
+        raise Unsupported
+    values_meta, indices_meta = lo.out_meta
+    batch, (height, width) = len(x.sizes) - 2, x.sizes[-2:]
+
+    def at(index, rows: Index, cols: Index) -> list[Index]:
+        row = _clamped(index[batch] * step[0] + rows - pad[0], height)
+        col = _clamped(index[batch + 1] * step[1] + cols - pad[1], width)
+        return [*index[:batch], row, col]
+
+    position = lo.reduction(
+        list(values_meta.shape),
+        list(kernel),
+        ReduceKind.ARGMAX_LAST_NAN,
+        torch.int64,
+        lambda index, rindex: lo.load(x, at(index, *rindex)),
+        acc_dtype=x.dtype,
+    )
+
+    def window_at(index) -> list[Index]:
+        found = Index(((Indirect(lo.load(position, index), kernel[0] * kernel[1]), 1),))
+        return at(index, found // kernel[1], found % kernel[1])
+
+    def flat(index) -> Expr:
+        *_, row, col = window_at(index)
+        return IndexValue(row * width + col)
+
+    values = lo.pointwise(
+        values_meta.shape,
+        x.dtype,
+        lambda index: lo.load(x, window_at(index)),
+        values_meta.stride(),
+    )
+    indices = lo.pointwise(indices_meta.shape, torch.int64, flat, indices_meta.stride())
+    return values, indices
 
 
 def _truth(kind: ReduceKind):

@@ -1,5 +1,5 @@
 """Decomposition rules for the backward ops autograd calls: activation, softmax,
-norm, loss, embedding and dropout gradients, written with core aten ops."""
+norm, loss, embedding, pooling and dropout gradients, written with core aten ops."""
 
 from __future__ import annotations
 
@@ -252,3 +252,24 @@ def embedding_dense_backward(
         [num_weights, dim], 0, dtype=grad.dtype, device=grad.device
     )
     return aten.index_put.default(zeros, [flat], rows, True)
+
+
+@register_decomposition(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(
+    grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
+    # Each output's gradient goes to the input element its index names (flat
+    # over the last two dims), added in output order as torch's kernel does.
+    *batch, height, width = x.shape
+    grad = aten.clone.default(grad, memory_format=torch.contiguous_format)
+    indices = aten.clone.default(indices, memory_format=torch.contiguous_format)
+    zeros = aten.full.default(
+        [*batch, height * width], 0, dtype=grad.dtype, device=grad.device
+    )
+    summed = aten.scatter_add.default(
+        zeros,
+        len(batch),
+        aten.view.default(indices, [*batch, -1]),
+        aten.view.default(grad, [*batch, -1]),
+    )
+    return aten.view.default(summed, list(x.shape))
