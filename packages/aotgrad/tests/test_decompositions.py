@@ -107,6 +107,33 @@ CASES = {
         lambda q, k, v: (F.scaled_dot_product_attention(q, k, v, is_causal=True),),
         lambda: [r(1, 2, 4, 8), r(1, 2, 4, 8), r(1, 2, 4, 8)],
     ),
+    "leaky_relu_elu_selu_celu": (
+        lambda x: (
+            F.leaky_relu(x, 0.2),
+            F.elu(x, 0.7),
+            F.selu(x),
+            F.celu(x, 1.5),
+            F.elu(x * 3).exp(),  # a gradient through elu's output
+        ),
+        lambda: [r(4, 5)],
+    ),
+    "hardtanh_softplus": (
+        lambda x: (
+            F.hardtanh(x * 2, -1.5, 0.5),
+            F.softplus(x * 5, beta=2, threshold=3),
+        ),
+        lambda: [r(4, 5)],
+    ),
+    "vector_norms": (
+        lambda x: (
+            x.norm(dim=-1),
+            F.normalize(x, dim=0),
+            torch.linalg.vector_norm(x, 1, dim=(0, 1), keepdim=True),
+            torch.linalg.vector_norm(x, float("inf")),
+            torch.linalg.vector_norm(x, 3.0, dim=1),
+        ),
+        lambda: [r(4, 5)],
+    ),
     "max_pool2d": (
         lambda x: (
             F.max_pool2d(x, 3, 2, 1),  # overlapping windows: added gradients

@@ -205,6 +205,9 @@ def mutated_args(func: torch._ops.OpOverload) -> list[int]:
 # In-place overloads whose functional twin has another overload name.
 _FUNCTIONAL_TWINS = {
     aten.bernoulli_.float: aten.bernoulli.p,
+    # pow_.Scalar takes a scalar exponent; pow.Scalar is a scalar base.
+    aten.pow_.Scalar: aten.pow.Tensor_Scalar,
+    aten.pow_.Tensor: aten.pow.Tensor_Tensor,
 }
 
 
@@ -215,12 +218,19 @@ def functional_twin(func: torch._ops.OpOverload) -> torch._ops.OpOverload:
     name = func._schema.name.split("::")[-1]
     packet = getattr(aten, name.rstrip("_"), None) if name.endswith("_") else None
     twin = getattr(packet, func._overloadname, None) if packet is not None else None
+    if twin is not None and not _same_arguments(func, twin):
+        twin = None  # an overload of the same name with another signature
     if twin is None or mutated_args(twin):
         raise AotGradError(
             f"in-place op {func} has no functional form aotgrad knows; "
             "the graph runs eagerly"
         )
     return twin
+
+
+def _same_arguments(func, twin) -> bool:
+    types = [str(a.type) for a in func._schema.arguments]
+    return types == [str(a.type) for a in twin._schema.arguments]
 
 
 def _batch_norm(

@@ -82,6 +82,48 @@ def hardsigmoid_backward(grad, x):
     return aten.where.self(inside, aten.div.Scalar(grad, 6), scalar(0, grad))
 
 
+@register_decomposition(aten.leaky_relu_backward.default)
+def leaky_relu_backward(grad, x, negative_slope, self_is_result):
+    return aten.where.self(
+        aten.gt.Scalar(x, 0), grad, aten.mul.Scalar(grad, negative_slope)
+    )
+
+
+@register_decomposition(aten.elu_backward.default)
+def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    negative_scale = alpha * scale
+    if is_result:  # from the output y: y + alpha * scale is the slope's part
+        slope = aten.mul.Scalar(
+            aten.add.Scalar(self_or_result, negative_scale), input_scale
+        )
+    else:
+        slope = aten.mul.Scalar(
+            aten.exp.default(aten.mul.Scalar(self_or_result, input_scale)),
+            input_scale * negative_scale,
+        )
+    return aten.where.self(
+        aten.le.Scalar(self_or_result, 0),
+        aten.mul.Tensor(grad, slope),
+        aten.mul.Scalar(grad, scale),
+    )
+
+
+@register_decomposition(aten.hardtanh_backward.default)
+def hardtanh_backward(grad, x, min_val, max_val):
+    outside = aten.logical_or.default(
+        aten.le.Scalar(x, min_val), aten.ge.Scalar(x, max_val)
+    )
+    return aten.where.self(outside, scalar(0, grad), grad)
+
+
+@register_decomposition(aten.softplus_backward.default)
+def softplus_backward(grad, x, beta, threshold):
+    scaled = aten.mul.Scalar(x, beta)
+    z = aten.exp.default(scaled)
+    soft = aten.div.Tensor(aten.mul.Tensor(grad, z), aten.add.Scalar(z, 1))
+    return aten.where.self(aten.gt.Scalar(scaled, threshold), grad, soft)
+
+
 @register_decomposition(aten.native_dropout_backward.default)
 def native_dropout_backward(grad, mask, scale):
     return aten.mul.Tensor(

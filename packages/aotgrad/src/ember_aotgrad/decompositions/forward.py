@@ -88,6 +88,31 @@ def hardtanh(x, min_val=-1, max_val=1):
     return aten.clamp.default(x, min_val, max_val)
 
 
+@register_decomposition(aten.leaky_relu.default)
+def leaky_relu(x, negative_slope=0.01):
+    return aten.where.self(aten.gt.Scalar(x, 0), x, aten.mul.Scalar(x, negative_slope))
+
+
+@register_decomposition(aten.elu.default)
+def elu(x, alpha=1, scale=1, input_scale=1):
+    # torch's expm1 form: the negative side keeps its precision near 0.
+    negative = aten.mul.Scalar(
+        aten.expm1.default(aten.mul.Scalar(x, input_scale)), alpha * scale
+    )
+    return aten.where.self(aten.le.Scalar(x, 0), negative, aten.mul.Scalar(x, scale))
+
+
+@register_decomposition(aten.celu.default)
+def celu(x, alpha=1.0):
+    return elu(x, alpha, 1, 1 / alpha)
+
+
+@register_decomposition(aten.sgn.default)
+def sgn(x):
+    # The same as sign for real numbers (norms' gradients call it).
+    return NotImplemented if x.is_complex() else aten.sign.default(x)
+
+
 @register_decomposition(aten._softmax.default)
 def softmax(x, dim, half_to_float):
     if half_to_float:
@@ -230,6 +255,31 @@ def addmm(bias, m1, m2, beta=1, alpha=1):
     if beta == 0:
         return out
     return aten.add.Tensor(out, bias if beta == 1 else aten.mul.Scalar(bias, beta))
+
+
+@register_decomposition(aten.linalg_vector_norm.default)
+def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None or x.is_complex() or not x.is_floating_point():
+        return NotImplemented
+    dims = reduce_dims(x, dim)
+    if x.numel() == 0 and ord < 0:
+        return NotImplemented  # torch raises: let it
+    size = aten.abs.default(x)
+    if ord == 2:
+        return aten.sqrt.default(
+            aten.sum.dim_IntList(aten.mul.Tensor(x, x), dims, keepdim)
+        )
+    if ord == 1:
+        return aten.sum.dim_IntList(size, dims, keepdim)
+    if ord == math.inf:
+        return aten.amax.default(size, dims, keepdim)
+    if ord == -math.inf:
+        return aten.amin.default(size, dims, keepdim)
+    if ord == 0:
+        nonzero = aten._to_copy.default(aten.ne.Scalar(x, 0), dtype=x.dtype)
+        return aten.sum.dim_IntList(nonzero, dims, keepdim)
+    powered = aten.pow.Tensor_Scalar(size, ord)
+    return aten.pow.Tensor_Scalar(aten.sum.dim_IntList(powered, dims, keepdim), 1 / ord)
 
 
 @register_decomposition(aten.mean.dim)
