@@ -116,8 +116,10 @@ class ConvPool(torch.nn.Module):
         self.fc = torch.nn.Linear(4 * 5 * 5, 3)
 
     def forward(self, x):
-        y = F.max_pool2d(F.relu(self.conv(x)), 3, stride=2, padding=1)
-        return self.fc(torch.flatten(y, 1)).pow(2).sum()
+        y = F.relu(self.conv(x))
+        pooled = F.max_pool2d(y, 3, stride=2, padding=1)
+        pooled = pooled + F.avg_pool2d(y, 3, 2, 1, count_include_pad=False)
+        return self.fc(torch.flatten(pooled, 1)).pow(2).sum()
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])

@@ -723,3 +723,52 @@ def test_a_loop_reads_a_channels_last_convolution_in_its_compiled_layout(cpp):
     w, b = torch.randn(4, 3, 3, 3), torch.randn(4)
     (got,) = cpp(fn, x, w, b)(x, w, b)
     torch.testing.assert_close(got, fn(x, w, b)[0])
+
+
+AVG_POOLS = {
+    "padded": ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], False, True, None),
+    "ceil_no_pad_count": ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], True, False, None),
+    "uneven": ((2, 3, 9, 11), [3, 2], [1, 2], [1, 0], True, True, None),
+    "tiles": ((1, 2, 8, 8), [2, 2], [2, 2], [0, 0], False, True, None),
+    "override_no_batch": ((3, 7, 7), [3, 3], [3, 3], [1, 1], True, False, 5),
+    "avg_pool1d": ((2, 4, 1, 16), [1, 2], [1, 2], [0, 0], False, True, None),
+}
+
+
+@pytest.mark.parametrize("case", AVG_POOLS)
+def test_avg_pool2d_and_its_backward_match_torch(cpp, case):
+    shape, *args = AVG_POOLS[case]
+    x = torch.randn(*shape)
+    x.view(-1)[3] = NAN
+
+    def forward(x):
+        return (aten.avg_pool2d.default(x, *args),)
+
+    grad = torch.randn_like(forward(x)[0])
+
+    def backward(grad, x):
+        return (aten.avg_pool2d_backward.default(grad, x, *args),)
+
+    for fn, inputs in ((forward, [x]), (backward, [grad, x])):
+        compiled = cpp(fn, *inputs)
+        assert compiled.fallback_ops == ()
+        check(compiled, fn, *inputs)
+
+
+@pytest.mark.parametrize("literal", [False, True])
+@pytest.mark.parametrize("width", [8, 9, 16, 17])
+def test_relu_mask_select_over_odd_rows(cpp, width, literal):
+    """ReLU's backward fused after the relu it recomputes: GCC 12.2 at -O3 with
+    -fno-trapping-math read the wrong elements for rows of 9 unless
+    -fno-tree-dominator-opts (build.py); in two forms, the zero a loaded
+    constant or a literal."""
+
+    def fn(x, a, b):
+        mask = aten.le.Scalar(aten.relu.default(x), 0)
+        total = aten.add.Tensor(a, b)
+        if literal:
+            return (aten.masked_fill.Scalar(total, mask, 0.0),)
+        return (aten.where.self(mask, aten.scalar_tensor.default(0.0), total),)
+
+    x, a, b = (torch.randn(2, 4, 10, width) for _ in range(3))
+    check(cpp(fn, x, a, b), fn, x, a, b)

@@ -68,6 +68,10 @@ REDUCTIONS = frozenset(
         # A max over each window, with its argmax: kept whole so a compiler
         # lowers the window; its backward decomposes to scatter_add.
         aten.max_pool2d_with_indices.default,
+        # Sums over windows (avg_pool1d arrives as avg_pool2d); the backward is
+        # a sum, at each input element, over the windows that hold it.
+        aten.avg_pool2d.default,
+        aten.avg_pool2d_backward.default,
     }
 )
 

@@ -19,9 +19,13 @@ from pathlib import Path
 from .errors import CodegenError
 
 # -fno-math-errno and -fno-trapping-math change no result (torch never reads
-# errno or FP traps) but let loops with sqrt and selects vectorize. -fwrapv gives
-# integer overflow torch's two's-complement wrap. No -ffast-math: NaN and inf stay
-# exact.
+# errno or FP traps) but let loops with sqrt and selects vectorize (without the
+# latter, softmax ran 8x slower). -fwrapv gives integer overflow torch's
+# two's-complement wrap. No -ffast-math: NaN and inf stay exact.
+# -fno-tree-dominator-opts works around a GCC 12.2 miscompile: with
+# -fno-trapping-math, a relu compared and selected on (ReLU's backward) over
+# rows of 9 read the wrong elements. It changed no benchmark here
+# (test_relu_mask_select_over_odd_rows).
 CXX_FLAGS = (
     "-O3",
     "-march=native",
@@ -32,6 +36,7 @@ CXX_FLAGS = (
     "-fwrapv",
     "-fno-math-errno",
     "-fno-trapping-math",
+    "-fno-tree-dominator-opts",
 )
 
 # GCC and clang default to 256-bit vectors even where the CPU has 512-bit ones;

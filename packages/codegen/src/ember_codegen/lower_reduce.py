@@ -6,6 +6,7 @@ the extern library kernels (matmul and convolution through torch).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -240,6 +241,167 @@ def _max_pool2d(
     )
     indices = lo.pointwise(indices_meta.shape, torch.int64, flat, indices_meta.stride())
     return values, indices
+
+
+def _int(value: Index | int) -> Expr:
+    if isinstance(value, int):
+        return constant(value, torch.int64)
+    return IndexValue(value)
+
+
+def _inside(position: Index, size: int) -> Expr:
+    """Whether ``position`` lies in ``[0, size)``."""
+    low = call("ge", _int(position), _int(0), dtype=torch.bool)
+    high = call("lt", _int(position), _int(size), dtype=torch.bool)
+    return call("and", low, high, dtype=torch.bool)
+
+
+def _window_divisor(
+    starts: tuple[Index, Index], pool: PoolShape, dtype: torch.dtype
+) -> Expr:
+    """What avg_pool2d divides a window's sum by, as torch computes it: the
+    override, or the window's size clipped to the padded input (with
+    count_include_pad) or to the input itself."""
+    if pool.divisor_override:
+        return constant(pool.divisor_override, dtype)
+    counts = []
+    for start, k, p, size in zip(starts, pool.kernel, pool.pad, pool.sizes):
+        first = _int(start)
+        last = call("minimum", call("add", first, _int(k)), _int(size + p))
+        if not pool.count_include_pad:
+            first = call("maximum", first, _int(0))
+            last = call("minimum", last, _int(size))
+        counts.append(call("sub", last, first))
+    return cast(call("mul", *counts), dtype)
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """avg_pool2d's arguments, per dim (height, width)."""
+
+    kernel: tuple[int, int]
+    step: tuple[int, int]
+    pad: tuple[int, int]
+    sizes: tuple[int, int]  # the input's height and width
+    count_include_pad: bool
+    divisor_override: int | None
+
+
+def _pool_shape(x: TV, kernel_size, stride, padding, count_include_pad, divisor):
+    kernel = _pair(kernel_size)
+    return PoolShape(
+        kernel,
+        _pair(stride) if stride else kernel,
+        _pair(padding),
+        tuple(x.sizes[-2:]),
+        count_include_pad,
+        divisor,
+    )
+
+
+@register(aten.avg_pool2d.default)
+def _avg_pool2d(
+    lo: Lowerer,
+    x: TV,
+    kernel_size,
+    stride=(),
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
+    """A sum over each window of the input elements inside it (padding adds
+    nothing), divided as torch divides."""
+    if not x.dtype.is_floating_point:
+        raise Unsupported
+    pool = _pool_shape(
+        x, kernel_size, stride, padding, count_include_pad, divisor_override
+    )
+    out, batch = lo.out_meta, len(x.sizes) - 2
+
+    def starts(index) -> tuple[Index, Index]:
+        return tuple(index[batch + d] * pool.step[d] - pool.pad[d] for d in range(2))
+
+    def element(index, rindex):
+        rows, cols = (start + r for start, r in zip(starts(index), rindex))
+        inside = call(
+            "and",
+            _inside(rows, pool.sizes[0]),
+            _inside(cols, pool.sizes[1]),
+            dtype=torch.bool,
+        )
+        at = [
+            *index[:batch],
+            _clamped(rows, pool.sizes[0]),
+            _clamped(cols, pool.sizes[1]),
+        ]
+        return call(
+            "select", inside, lo.load(x, at), constant(0, x.dtype), dtype=x.dtype
+        )
+
+    total = lo.reduction(
+        list(out.shape), list(pool.kernel), ReduceKind.SUM, x.dtype, element
+    )
+    return lo.pointwise(
+        out.shape,
+        x.dtype,
+        lambda index: call(
+            "div", lo.load(total, index), _window_divisor(starts(index), pool, x.dtype)
+        ),
+        out.stride(),
+    )
+
+
+@register(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(
+    lo: Lowerer,
+    grad: TV,
+    x: TV,
+    kernel_size,
+    stride,
+    padding,
+    ceil_mode,
+    count_include_pad,
+    divisor_override,
+):
+    """Each input element sums grad / divisor over the windows that hold it:
+    at most ceil(kernel / stride) per dim, the last of them at output
+    (position + pad) // stride."""
+    if not x.dtype.is_floating_point:
+        raise Unsupported
+    pool = _pool_shape(
+        x, kernel_size, stride, padding, count_include_pad, divisor_override
+    )
+    out, batch = lo.out_meta, len(x.sizes) - 2
+    outputs = grad.sizes[-2:]
+    reach = [-(-k // s) for k, s in zip(pool.kernel, pool.step)]
+
+    def element(index, rindex):
+        windows, tests = [], []
+        for d in range(2):
+            last = (index[batch + d] + pool.pad[d]) // pool.step[d]
+            w = last - rindex[d]
+            start = w * pool.step[d] - pool.pad[d]
+            reaches = call(
+                "lt",
+                call("sub", _int(index[batch + d]), _int(start)),
+                _int(pool.kernel[d]),
+                dtype=torch.bool,
+            )
+            tests.append(call("and", _inside(w, outputs[d]), reaches, dtype=torch.bool))
+            windows.append(w)
+        at = [*index[:batch], *(_clamped(w, n) for w, n in zip(windows, outputs))]
+        starts = tuple(w * pool.step[d] - pool.pad[d] for d, w in enumerate(windows))
+        share = call(
+            "div", lo.load(grad, at), _window_divisor(starts, pool, grad.dtype)
+        )
+        valid = call("and", *tests, dtype=torch.bool)
+        return call("select", valid, share, constant(0, grad.dtype), dtype=grad.dtype)
+
+    total = lo.reduction(list(out.shape), reach, ReduceKind.SUM, grad.dtype, element)
+    return lo.pointwise(
+        out.shape, grad.dtype, lambda i: lo.load(total, i), out.stride()
+    )
 
 
 def _truth(kind: ReduceKind):
