@@ -102,24 +102,25 @@ def test_zero_d_and_empty_index_tensors(cpp):
 
 def test_computed_indices_fuse_into_the_reading_loop(cpp):
     def fn(w, tokens, x):
-        shifted = aten.remainder.Scalar(aten.add.Tensor(tokens, 3), 6)  # a fallback
-        rows = aten.embedding.default(w, aten.add.Tensor(shifted, 1))
+        # sort runs through torch: a fallback between two loops
+        shifted = aten.sort.default(aten.add.Tensor(tokens, 3), 1)[0]
+        rows = aten.embedding.default(w, aten.sub.Tensor(shifted, 2))
         pooled = aten.sum.dim_IntList(rows, [1])
         first = aten.select.int(tokens, 0, 1)
         picked = aten.cat.default([aten.index.Tensor(x, [first]), x], 0)
         return (pooled, aten.t.default(picked))
 
-    w, x = source(7, 8), source(7, 8)
+    w, x = source(8, 8), source(7, 8)
     tokens = torch.randint(0, 7, (3, 5))
     compiled = cpp(fn, w, tokens, x)
     check(compiled, fn, w, tokens, x)
-    # The index math (+1), embedding and the sum are one loop; index and cat
+    # The index math (-2), embedding and the sum are one loop; index and cat
     # (through a view of the index tensor) are another.
-    assert compiled.fallback_ops == ("aten.remainder.Scalar",)
+    assert compiled.fallback_ops == ("aten.sort.default",)
     assert [k.kind for k in compiled.kernels] == ["loop", "fallback", "loop", "loop"]
     pooled, picked = compiled.loops()[1:]
     assert pooled.ops == (
-        "aten.add.Tensor",
+        "aten.sub.Tensor",
         "aten.embedding.default",
         "aten.sum.dim_IntList",
     )

@@ -463,19 +463,26 @@ def test_remainder_fmod_atan2_on_special_divisors(cpp, dtype):
         same_sign(got, want)  # -0.0 too
 
 
-def test_integer_remainder_and_fmod_still_fall_back(cpp):
-    # Integer division by zero raises in torch; only floats are lowered.
-    def fn(i, f):
-        return (
-            aten.remainder.Scalar(i, 3),
-            aten.fmod.Tensor(i, i),
-            aten.fmod.Scalar(f, 2),
-        )
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_remainder_and_fmod_by_a_constant(cpp, dtype):
+    """By a nonzero Python number they are lowered (Python's sign rule for
+    remainder, C's for fmod; -1 without C++'s overflow); by a tensor, which
+    may hold 0, they run through torch, which raises for 0."""
 
-    i, f = torch.randint(1, 9, (3, 4)), torch.randn(3, 4)
-    compiled = cpp(fn, i, f)
-    check(compiled, fn, i, f)
-    assert compiled.fallback_ops == ("aten.fmod.Tensor", "aten.remainder.Scalar")
+    def fn(i):
+        outs = []
+        for d in (3, -3, 1, -1, 32):
+            outs += [aten.remainder.Scalar(i, d), aten.fmod.Scalar(i, d)]
+        return (*outs, aten.fmod.Tensor(i, i))
+
+    info = torch.iinfo(dtype)
+    i = torch.randint(-50, 50, (3, 7), dtype=dtype)
+    i[0, :3] = torch.tensor([info.min, info.max, 0], dtype=dtype)
+    i[2, 0] = 1  # fmod by itself: no zero divisor
+    i[i == 0] = 1
+    compiled = cpp(fn, i)
+    check(compiled, fn, i)
+    assert compiled.fallback_ops == ("aten.fmod.Tensor",)
 
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.int64], ids=str)

@@ -144,6 +144,11 @@ template <typename T> static inline T ember_remainder(T a, T b) {
   return ((m != T(0)) & ((b < T(0)) != (m < T(0)))) ? m + b : m;
 }
 
+template <typename T> static inline T ember_int_remainder(T a, T b) {
+  const T m = a % b;
+  return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m;
+}
+
 // argmax/argmin keep a value and its flat position in the reduced dims (two
 // arrays of lanes, so the loops vectorize). Whether (bv, bi) replaces (av, ai):
 // NaN beats any number (torch returns the first NaN; its pooling kernels the
@@ -225,6 +230,10 @@ SCALAR_OPS: dict[str, str] = {
     "atan2": "std::atan2({0}, {1})",
     "fmod": "std::fmod({0}, {1})",
     "remainder": "ember_remainder({0}, {1})",
+    # Integers by a nonzero constant other than -1 (the lowering sees to it):
+    # C++'s % truncates like fmod; Python's modulo moves by one divisor.
+    "int_fmod": "({0} % {1})",
+    "int_remainder": "ember_int_remainder({0}, {1})",
     # torch's sign: NaN and -0.0 give +0 (neither compare holds).
     "sign": "static_cast<{T}>(({T}(0) < {0}) - ({0} < {T}(0)))",
     "signbit": "std::signbit({0})",

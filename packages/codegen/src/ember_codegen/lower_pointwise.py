@@ -212,10 +212,18 @@ def _atan2(lo: Lowerer, a, b):
 
 
 def _float_modulo(op: str):
-    # Integer modulo by zero must raise, as in torch; only floats are lowered.
+    # Integer modulo by zero must raise, as in torch: integers are lowered only
+    # for a divisor that is a nonzero Python number (i % 32), and -1, whose
+    # C++ remainder overflows for the smallest integer, gives 0 directly.
     def rule(lo: Lowerer, a, b):
-        _float_only(lo)
-        return elementwise(lo, lambda x, y: call(op, x, y), a, b)
+        dtype = _out(lo).dtype
+        if dtype.is_floating_point:
+            return elementwise(lo, lambda x, y: call(op, x, y), a, b)
+        if dtype == torch.bool or isinstance(b, TV) or not isinstance(b, int) or not b:
+            raise Unsupported
+        if b == -1:
+            return elementwise(lo, lambda x: constant(0, dtype), a)
+        return elementwise(lo, lambda x, y: call(f"int_{op}", x, y), a, b)
 
     return rule
 
