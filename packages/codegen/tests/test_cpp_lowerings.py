@@ -779,3 +779,35 @@ def test_relu_mask_select_over_odd_rows(cpp, width, literal):
 
     x, a, b = (torch.randn(2, 4, 10, width) for _ in range(3))
     check(cpp(fn, x, a, b), fn, x, a, b)
+
+
+def test_cumsum_and_cumprod_fold_in_order_in_torch_accumulate_types(cpp):
+    """float32 folds in float64 (torch's CPU kernel does), so even a long
+    cumsum matches bit for bit; integers and bools give int64."""
+
+    def fn(x, i, b, long):
+        return (
+            aten.cumsum.default(x, 1),
+            aten.cumsum.default(x, 0),
+            aten.cumprod.default(aten.mul.Scalar(x, 0.5), -1),
+            aten.cumsum.default(i, 1),
+            aten.cumsum.default(b, 0),
+            aten.add.Scalar(aten.cumsum.default(aten.t.default(x), 1), 1),
+            aten.cumsum.default(i, 0, dtype=torch.float64),
+            aten.cumsum.default(long, 1),
+        )
+
+    x = torch.randn(5, 70)
+    x[1, 3], x[2, 5] = NAN, INF
+    i = torch.randint(-5, 5, (5, 70), dtype=torch.int32)
+    b, long = torch.rand(5, 70) > 0.5, torch.randn(16, 4096)
+    compiled = cpp(fn, x, i, b, long)
+    assert compiled.fallback_ops == ()
+    check(compiled, fn, x, i, b, long)
+    assert torch.equal(compiled(x, i, b, long)[-1], fn(x, i, b, long)[-1])
+    empty = torch.randn(0, 3)
+    check(
+        cpp(lambda e: (aten.cumsum.default(e, 0),), empty),
+        lambda e: (aten.cumsum.default(e, 0),),
+        empty,
+    )

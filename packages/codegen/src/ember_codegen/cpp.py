@@ -34,6 +34,7 @@ from .ir import (
     Load,
     Pointwise,
     Reduction,
+    Scan,
     Scatter,
     describe_origin,
     exprs,
@@ -126,6 +127,9 @@ def emit_kernel(
         loops += 1
         if isinstance(stage, Scatter):
             lines += _scatter(stage, scope, indent, parallel)
+            continue
+        if isinstance(stage, Scan):
+            lines += _scan(stage, scope, indent, parallel)
             continue
         if isinstance(stage, Pointwise):
             lines += _pointwise(stage, kernel, scope, indent, parallel and not outer)
@@ -275,6 +279,43 @@ def _store_loop(
     at = render(offset(idx, scope.strides[name]))
     lines.append(f"{body_indent}{name}[{at}] = {value};")
     close_loops(len(inner), body_indent, lines)
+    return lines
+
+
+def _scan(stage: Scan, scope: Scope, indent: str, parallel: bool) -> list[str]:
+    """Loops over every dim but the scanned one (in parallel), then along it in
+    order, the running fold kept in ``acc_dtype`` and stored at each step."""
+    sizes, dim = stage.sizes, stage.dim
+    others = [d for d in range(len(sizes)) if d != dim]
+    lines = [
+        f"{indent}// {stage.name} = cum{stage.kind.value} of "
+        f"{describe_origin(stage.origin)}"
+    ]
+    if parallel and numel([sizes[d] for d in others]) > 1:
+        lines.append(f"{indent}#pragma omp parallel for collapse({len(others)})")
+    for d in others:
+        lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")
+        indent += "  "
+    acc = f"{stage.name}_acc"
+    lines.append(
+        f"{indent}{C_TYPES[stage.acc_dtype]} {acc} = "
+        f"{identity(stage.kind, stage.acc_dtype)};"
+    )
+    lines.append(
+        f"{indent}for (int64_t i{dim} = 0; i{dim} < {sizes[dim]}; ++i{dim}) {{"
+    )
+    body = Body(scope, indent + "  ")
+    value = body.value(stage.expr)
+    lines += body.lines
+    lines.append(f"{indent}  {acc} = {COMBINE[stage.kind].format(acc, value)};")
+    at = render(
+        offset(tuple(ivar(d) for d in range(len(sizes))), scope.strides[stage.name])
+    )
+    lines.append(
+        f"{indent}  {stage.name}[{at}] = static_cast<{C_TYPES[stage.dtype]}>({acc});"
+    )
+    lines.append(f"{indent}}}")
+    close_loops(len(others), indent, lines)
     return lines
 
 

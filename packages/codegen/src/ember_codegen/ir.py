@@ -4,8 +4,9 @@ Pointwise and reduction nodes hold a scalar expression over their loop variables
 (``i0..`` for output dims, ``r0..`` for reduced dims); ``Load(name, index)`` reads
 another node at a logical index, so views are index math and fusion is substitution;
 an index may hold ``Indirect`` terms, values read at run time (gather, embedding).
-Scatter nodes write at such positions (scatter_add, index_put). Extern and
-fallback nodes run an aten op through torch. ``format_ir`` prints it all.
+Scatter nodes write at such positions (scatter_add, index_put); Scan nodes fold
+along a dim in order (cumsum). Extern and fallback nodes run an aten op through
+torch. ``format_ir`` prints it all.
 """
 
 from __future__ import annotations
@@ -153,6 +154,23 @@ class Scatter:
 
 
 @dataclass(frozen=True, slots=True)
+class Scan:
+    """``out[..., j, ...] = kind over k <= j of expr(..., k, ...)`` along dim
+    ``dim`` (cumsum, cumprod), folded in order in ``acc_dtype``: float64 for a
+    float32 cumsum, as torch's CPU kernel. ``expr`` reads at the output index,
+    its ``dim`` variable standing for k."""
+
+    name: str
+    sizes: tuple[int, ...]
+    dtype: torch.dtype
+    acc_dtype: torch.dtype
+    dim: int
+    kind: ReduceKind
+    expr: Expr
+    origin: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Ref:
     """A tensor argument of an extern or fallback call: the node named ``name``."""
 
@@ -177,8 +195,8 @@ class Extern:
         return next(o for o in self.outputs if o is not None)
 
 
-Node = Input | Pointwise | Reduction | Scatter | Extern
-Stage = Pointwise | Reduction | Scatter  # what a loop kernel computes
+Node = Input | Pointwise | Reduction | Scatter | Scan | Extern
+Stage = Pointwise | Reduction | Scatter | Scan  # what a loop kernel computes
 
 
 def exprs(node: Stage) -> tuple[Expr, ...]:
@@ -252,6 +270,11 @@ def format_node(node: Node) -> str:
         return (
             f"{node.name} = {node.kind.value}({list(node.sizes)} over "
             f"{list(node.reduce_sizes)}, {node.dtype}) {format_expr(node.expr)}"
+        )
+    if isinstance(node, Scan):
+        return (
+            f"{node.name} = cum{node.kind.value}({list(node.sizes)} along "
+            f"{node.dim}, {node.dtype}) {format_expr(node.expr)}"
         )
     if isinstance(node, Scatter):
         kind = f"scatter_{node.kind.value}" if node.kind else "scatter"

@@ -404,6 +404,25 @@ def _avg_pool2d_backward(
     )
 
 
+def _cumulative(kind: ReduceKind):
+    # torch folds a float32 cumsum in float64 on CPU (its accumulate type), and
+    # integers and bools in int64.
+    def rule(lo: Lowerer, a: TV, dim: int, *, dtype=None):
+        out = lo.out_meta
+        if not a.sizes or out.dtype not in (torch.float32, torch.float64, torch.int64):
+            raise Unsupported
+        acc = torch.float64 if out.dtype.is_floating_point else torch.int64
+        return lo.scan(
+            out, _dims(a, dim)[0], kind, acc, lambda index: lo.load(a, index)
+        )
+
+    return rule
+
+
+register(aten.cumsum.default)(_cumulative(ReduceKind.SUM))
+register(aten.cumprod.default)(_cumulative(ReduceKind.PROD))
+
+
 def _truth(kind: ReduceKind):
     # any is a max of bools (false < true), all is a min; NaN is true, as in torch.
     def rule(lo: Lowerer, a: TV, dim=None, keepdim=False):

@@ -30,6 +30,7 @@ from .ir import (
     ReduceKind,
     Reduction,
     Ref,
+    Scan,
     Scatter,
     TensorSpec,
 )
@@ -172,6 +173,30 @@ class Lowerer:
             self.origin,
             include_self,
             mean,
+        )
+        return self.add(node, TensorSpec(sizes, tuple(meta.stride()), dtype))
+
+    def scan(
+        self,
+        meta: torch.Tensor,
+        dim: int,
+        kind: ReduceKind,
+        acc_dtype: torch.dtype,
+        fn: Callable[[tuple[Index, ...]], Expr],
+    ) -> TV:
+        """A ``Scan`` node shaped like ``meta``: ``out[i]`` folds ``fn`` over
+        the positions up to ``i`` along ``dim``."""
+        sizes, dtype = tuple(meta.shape), meta.dtype
+        index = tuple(var(f"i{d}", s) for d, s in enumerate(sizes))
+        node = Scan(
+            self._name(),
+            sizes,
+            dtype,
+            acc_dtype,
+            dim,
+            kind,
+            cast(fn(index), acc_dtype),
+            self.origin,
         )
         return self.add(node, TensorSpec(sizes, tuple(meta.stride()), dtype))
 

@@ -18,6 +18,7 @@ from .ir import (
     Node,
     Pointwise,
     Reduction,
+    Scan,
     Scatter,
     Stage,
     node_loads,
@@ -163,7 +164,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             realized.update(o for o in node.outputs if o)
             continue
         node = _inline_node(node, inlined)
-        if isinstance(node, (Reduction, Scatter)):
+        if isinstance(node, (Reduction, Scatter, Scan)):
             compute.append(node)
             realized.add(node.name)
             continue
@@ -216,7 +217,7 @@ def _refs(node: Extern) -> list[str]:
 
 
 def _reads(node: Node) -> set[str]:
-    if isinstance(node, (Pointwise, Reduction, Scatter)):
+    if isinstance(node, (Pointwise, Reduction, Scatter, Scan)):
         return {ld.name for ld in node_loads(node)}
     if isinstance(node, Extern):
         return set(_refs(node))
@@ -253,9 +254,10 @@ def _outer_vars(outer: tuple[int, ...]) -> tuple[Index, ...]:
 def _fits(node: Stage, outer: tuple[int, ...], members: dict) -> bool:
     """Whether ``node`` can join a kernel with these outer sizes and stages: every
     read of a stage already in the kernel must be at the same outer index. A
-    scatter writes anywhere in its output, so it is always a kernel of its own."""
-    if isinstance(node, Scatter) or any(
-        isinstance(m, Scatter) for m in members.values()
+    scatter writes anywhere in its output, and a scan runs its own loops, so
+    each is always a kernel of its own."""
+    if isinstance(node, (Scatter, Scan)) or any(
+        isinstance(m, (Scatter, Scan)) for m in members.values()
     ):
         return False
     if tuple(node.sizes[: len(outer)]) != outer:
@@ -331,7 +333,7 @@ def _group(compute, views, outputs, lowered: LoweredGraph) -> Schedule:
             stored = frozenset(
                 s.name
                 for s in step.stages
-                if isinstance(s, (Pointwise, Scatter)) or s.name in read_outside
+                if isinstance(s, (Pointwise, Scatter, Scan)) or s.name in read_outside
             )
             step = replace(step, stored=stored)
             for s in step.stages:
@@ -343,8 +345,8 @@ def _group(compute, views, outputs, lowered: LoweredGraph) -> Schedule:
 
 def _outer_of(node: Stage) -> tuple[int, ...]:
     """The parallel outer sizes of a kernel that starts with ``node``."""
-    if isinstance(node, Scatter):
-        return ()  # its writes do not follow any outer index
+    if isinstance(node, (Scatter, Scan)):
+        return ()  # its writes do not follow any outer index; a scan loops itself
     if isinstance(node, Reduction):
         return tuple(node.sizes)
     return tuple(node.sizes[:-1])
