@@ -811,3 +811,35 @@ def test_cumsum_and_cumprod_fold_in_order_in_torch_accumulate_types(cpp):
         lambda e: (aten.cumsum.default(e, 0),),
         empty,
     )
+
+
+NEAREST = {
+    "up_2": (2, [10, 12], [2.0, 2.0]),
+    "up_3": (3, [15, 18], [3.0, 3.0]),
+    "sizes_only": (None, [10, 3], [None, None]),
+    "mixed": (None, [5, 12], [1.0, 2.0]),
+    "odd_ratio_runs_in_torch": (None, [7, 6], [None, None]),
+}
+
+
+@pytest.mark.parametrize("case", NEAREST)
+def test_upsample_nearest2d_and_its_backward_match_torch(cpp, case):
+    _, size, scales = NEAREST[case]
+    x = torch.randn(2, 3, 5, 6)
+    x[0, 0, 0, 0] = NAN
+
+    def forward(x):
+        return (aten.upsample_nearest2d.default(x, size, *scales),)
+
+    grad = torch.randn_like(forward(x)[0])
+
+    def backward(grad):
+        return (
+            aten.upsample_nearest2d_backward.default(grad, size, [2, 3, 5, 6], *scales),
+        )
+
+    lowered = case != "odd_ratio_runs_in_torch"
+    for fn, inputs in ((forward, [x]), (backward, [grad])):
+        compiled = cpp(fn, *inputs)
+        assert (compiled.fallback_ops == ()) == lowered
+        check(compiled, fn, *inputs)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .indexing import ZERO, Index, const
-from .ir import Call, Const, Expr, IndexValue
+from .ir import Call, Const, Expr, IndexValue, ReduceKind
 from .lower_pointwise import broadcast_load
 from .lowering import TV, Lowerer, Unsupported, constant, contiguous, register
 
@@ -297,3 +297,88 @@ def _constant_pad_nd(lo: Lowerer, a: TV, pad, value=0):
         return Call("select", (cond, load, constant(value, a.dtype)), a.dtype)
 
     return lo.pointwise(out.shape, out.dtype, body, out.stride())
+
+
+# --- nearest-neighbour resampling -------------------------------------------------
+
+
+def _nearest_sources(size: int, out: int, scale: float | None) -> list[int]:
+    """The input row torch's upsample_nearest reads for each output row: the
+    float32 floor(out_index * scale), capped at the last row."""
+    if out == size:
+        return list(range(out))
+    if out == 2 * size:
+        return [o >> 1 for o in range(out)]
+    f32 = torch.float32
+    step = (
+        torch.tensor(1.0 / scale, dtype=f32)
+        if scale
+        else torch.tensor(size, dtype=f32) / torch.tensor(out, dtype=f32)
+    )
+    rows = torch.floor(torch.arange(out, dtype=f32) * step).long()
+    return rows.clamp(max=size - 1).tolist()
+
+
+def _nearest_rule(size: int, out: int, scale: float | None) -> tuple[str, int]:
+    """How output rows map to input rows, as index math: ("up", k) when each
+    input row repeats k times, ("down", m) when every m-th row is kept."""
+    sources = _nearest_sources(size, out, scale)
+    if out % size == 0 and sources == [o // (out // size) for o in range(out)]:
+        return "up", out // size
+    if size % out == 0 and sources == [o * (size // out) for o in range(out)]:
+        return "down", size // out
+    raise Unsupported  # any other ratio runs through torch
+
+
+@register(aten.upsample_nearest2d.default)
+def _upsample_nearest2d(lo: Lowerer, a: TV, output_size, scales_h=None, scales_w=None):
+    rules = [
+        _nearest_rule(size, out, scale)
+        for size, out, scale in zip(a.sizes[-2:], output_size, (scales_h, scales_w))
+    ]
+
+    def mapping(index):
+        batch = len(index) - 2
+        src = list(index[:batch])
+        for i, (kind, k) in zip(index[batch:], rules):
+            src.append(i // k if kind == "up" else i * k)
+        return src
+
+    return reindexed(lo, a, lo.out_meta, mapping)
+
+
+@register(aten.upsample_nearest2d_backward.default)
+def _upsample_nearest2d_backward(
+    lo: Lowerer, grad: TV, output_size, input_size, scales_h=None, scales_w=None
+):
+    """Each input element sums the gradients of the output elements that read
+    it: a block of k by k when upsampling by k, one (or none) when
+    downsampling."""
+    rules = [
+        _nearest_rule(size, out, scale)
+        for size, out, scale in zip(input_size[-2:], output_size, (scales_h, scales_w))
+    ]
+    out = lo.out_meta
+    block = [k if kind == "up" else 1 for kind, k in rules]
+    batch = len(out.shape) - 2
+
+    def element(index, rindex):
+        src, kept = list(index[:batch]), []
+        for i, r, (kind, k) in zip(index[batch:], rindex, rules):
+            if kind == "up":
+                src.append(i * k + r)
+            else:  # only every k-th input row was read
+                src.append(i // k)
+                kept.append(
+                    Call("eq", (IndexValue(i % k), Const(0, torch.int64)), torch.bool)
+                )
+        value = lo.load(grad, src)
+        if not kept:
+            return value
+        inside = functools.reduce(lambda x, y: Call("and", (x, y), torch.bool), kept)
+        return Call("select", (inside, value, constant(0, grad.dtype)), grad.dtype)
+
+    total = lo.reduction(list(out.shape), block, ReduceKind.SUM, grad.dtype, element)
+    return lo.pointwise(
+        out.shape, grad.dtype, lambda i: lo.load(total, i), out.stride()
+    )
