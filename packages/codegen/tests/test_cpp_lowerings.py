@@ -785,7 +785,7 @@ def test_cumsum_and_cumprod_fold_in_order_in_torch_accumulate_types(cpp):
     """float32 folds in float64 (torch's CPU kernel does), so even a long
     cumsum matches bit for bit; integers and bools give int64."""
 
-    def fn(x, i, b, long):
+    def fn(x, i, b, long, big):
         return (
             aten.cumsum.default(x, 1),
             aten.cumsum.default(x, 0),
@@ -795,16 +795,23 @@ def test_cumsum_and_cumprod_fold_in_order_in_torch_accumulate_types(cpp):
             aten.add.Scalar(aten.cumsum.default(aten.t.default(x), 1), 1),
             aten.cumsum.default(i, 0, dtype=torch.float64),
             aten.cumsum.default(long, 1),
+            # each element rounds to float32 first, then folds in float64
+            aten.cumsum.default(big, 0, dtype=torch.float32),
+            aten.cumprod.default(big, 0, dtype=torch.float32),
         )
 
     x = torch.randn(5, 70)
     x[1, 3], x[2, 5] = NAN, INF
     i = torch.randint(-5, 5, (5, 70), dtype=torch.int32)
     b, long = torch.rand(5, 70) > 0.5, torch.randn(16, 4096)
-    compiled = cpp(fn, x, i, b, long)
+    big = torch.tensor([16777217, 1, 16777217, 3])
+    compiled = cpp(fn, x, i, b, long, big)
     assert compiled.fallback_ops == ()
-    check(compiled, fn, x, i, b, long)
-    assert torch.equal(compiled(x, i, b, long)[-1], fn(x, i, b, long)[-1])
+    check(compiled, fn, x, i, b, long, big)
+    for got, want in zip(
+        compiled(x, i, b, long, big)[-3:], fn(x, i, b, long, big)[-3:]
+    ):
+        assert torch.equal(got, want)
     empty = torch.randn(0, 3)
     check(
         cpp(lambda e: (aten.cumsum.default(e, 0),), empty),

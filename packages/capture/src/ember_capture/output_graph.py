@@ -400,10 +400,11 @@ def _takes_float_inputs(kind: str, target: Any, args: tuple) -> bool:
 
 
 def _is_namedtuple(value: object) -> bool:
-    """A namedtuple or a struct sequence (torch.return_types)."""
+    """A namedtuple or one of torch.return_types' struct sequences (others,
+    such as os.stat_result, have fields that are not items)."""
     kind = type(value)
     return issubclass(kind, tuple) and (
-        hasattr(kind, "_fields") or hasattr(kind, "n_sequence_fields")
+        hasattr(kind, "_fields") or kind.__module__ == "torch.return_types"
     )
 
 

@@ -22,10 +22,9 @@ from .errors import CodegenError
 # errno or FP traps) but let loops with sqrt and selects vectorize (without the
 # latter, softmax ran 8x slower). -fwrapv gives integer overflow torch's
 # two's-complement wrap. No -ffast-math: NaN and inf stay exact.
-# -fno-tree-dominator-opts works around a GCC 12.2 miscompile: with
-# -fno-trapping-math, a relu compared and selected on (ReLU's backward) over
-# rows of 9 read the wrong elements. It changed no benchmark here
-# (test_relu_mask_select_over_odd_rows).
+# -fno-tree-dominator-opts works around a GCC 12.2 miscompile at -O3: a relu
+# compared and selected on (ReLU's backward) over rows of 9 read the wrong
+# elements. It changed no benchmark here (test_relu_mask_select_over_odd_rows).
 CXX_FLAGS = (
     "-O3",
     "-march=native",

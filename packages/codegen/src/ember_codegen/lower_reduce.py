@@ -412,8 +412,14 @@ def _cumulative(kind: ReduceKind):
         if not a.sizes or out.dtype not in (torch.float32, torch.float64, torch.int64):
             raise Unsupported
         acc = torch.float64 if out.dtype.is_floating_point else torch.int64
+        # Each element is first rounded to the output dtype, as torch converts
+        # the input before folding (int64 or float64 into float32 rounds).
         return lo.scan(
-            out, _dims(a, dim)[0], kind, acc, lambda index: lo.load(a, index)
+            out,
+            _dims(a, dim)[0],
+            kind,
+            acc,
+            lambda index: cast(lo.load(a, index), out.dtype),
         )
 
     return rule
