@@ -3,7 +3,9 @@
 Each workload is timed in one process: eager, ember, and torch.compile as the
 reference (skip it with --no-torch-compile). Steady-state times are medians of
 repeated calls after warm-up; compile time is the first call's time, measured
-separately. Run with `nox -s bench` (or `python benchmarks/run.py`).
+separately. Inference workloads run under no_grad; the training step runs the
+forward and the backward (gradients set to None between steps, as an optimizer's
+zero_grad does). Run with `nox -s bench` (or `python benchmarks/run.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,35 @@ WORKLOADS = {
 }
 
 
+class TrainingStep:
+    """One forward and backward of ``model`` (compiled or not) on ``x``."""
+
+    def __init__(self, model: torch.nn.Module, parameters: list) -> None:
+        self.model, self.parameters = model, parameters
+
+    def __call__(self, x: torch.Tensor) -> None:
+        for p in self.parameters:
+            p.grad = None
+        self.model(x).sum().backward()
+
+
+def training_row(repeats: int, reference: bool) -> list:
+    """The demo block's training step: eager, ember and torch.compile."""
+    block = Block()
+    parameters = list(block.parameters())
+    inputs = (torch.randn(8, 32, 64),)
+    eager = steady_ms(TrainingStep(block, parameters), inputs, repeats)
+    step = TrainingStep(ember.compile(block), parameters)
+    ember_compile = first_call_seconds(step, inputs)
+    row = ["demo block training step", eager, steady_ms(step, inputs, repeats)]
+    row.append(ember_compile)
+    if reference:
+        compiled = TrainingStep(torch.compile(block), parameters)
+        row.append(first_call_seconds(compiled, inputs))
+        row.append(steady_ms(compiled, inputs, repeats))
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-torch-compile", action="store_true")
@@ -56,6 +87,7 @@ def main() -> None:
                 row.append(first_call_seconds(reference, inputs))
                 row.append(steady_ms(reference, inputs, args.repeats))
             rows.append(row)
+    rows.append(training_row(args.repeats, not args.no_torch_compile))
 
     header = "| workload | eager ms | ember ms | eager/ember | ember compile s |"
     if not args.no_torch_compile:
