@@ -117,6 +117,7 @@ CASES = {
         ),
         lambda: [r(4, 5)],
     ),
+    "glu": (lambda x: (F.glu(x, -1), F.glu(x, 0)), lambda: [r(4, 6)]),
     "hardtanh_softplus": (
         lambda x: (
             F.hardtanh(x * 2, -1.5, 0.5),

@@ -108,6 +108,16 @@ def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
     )
 
 
+@register_decomposition(aten.glu_backward.default)
+def glu_backward(grad, x, dim):
+    a, b = aten.split.Tensor(x, x.shape[dim] // 2, dim)
+    gate = aten.sigmoid.default(b)
+    grad_a = aten.mul.Tensor(grad, gate)
+    slope = aten.mul.Tensor(gate, aten.rsub.Scalar(gate, 1))
+    grad_b = aten.mul.Tensor(aten.mul.Tensor(grad, a), slope)
+    return aten.cat.default([grad_a, grad_b], dim)
+
+
 @register_decomposition(aten.hardtanh_backward.default)
 def hardtanh_backward(grad, x, min_val, max_val):
     outside = aten.logical_or.default(

@@ -102,6 +102,12 @@ def elu(x, alpha=1, scale=1, input_scale=1):
     return aten.where.self(aten.le.Scalar(x, 0), negative, aten.mul.Scalar(x, scale))
 
 
+@register_decomposition(aten.glu.default)
+def glu(x, dim=-1):
+    a, b = aten.split.Tensor(x, x.shape[dim] // 2, dim)
+    return aten.mul.Tensor(a, aten.sigmoid.default(b))
+
+
 @register_decomposition(aten.celu.default)
 def celu(x, alpha=1.0):
     return elu(x, alpha, 1, 1 / alpha)
