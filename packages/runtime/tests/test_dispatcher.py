@@ -243,3 +243,29 @@ def test_counters_time_converts_and_sum_across_dispatchers():
     d1.reset()
     assert d1.counters is counters and counters.calls == 0
     assert counters.compile_seconds == {}
+
+
+def test_misses_after_giving_up_or_the_warning_skip_naming_the_guard():
+    named = []
+
+    def failure(f_locals):
+        named.append(f_locals["x"])
+        return "L['x']: not an int"
+
+    def convert(args, kwargs):
+        if isinstance(args[0], str):
+            return None
+        return GuardedEntry(lambda L: type(L["x"]) is int, failure, lambda x: x)
+
+    d = Dispatcher(scale, convert)
+    d(1)
+    d("a")  # a recompile: its reason names the guard
+    d("b")
+    d(2.5)  # gave up: misses run plainly, with no reason to compute
+    assert named == ["a"] and d.recompile_reasons == ["L['x']: not an int"]
+    limited = Dispatcher(scale, lambda a, k: convert(a, k), recompile_limit=1)
+    limited(1)
+    with pytest.warns(UserWarning, match="recompile limit"):
+        limited("c")
+    limited("d")  # warned once already: no reason computed again
+    assert named == ["a", "c"]

@@ -124,9 +124,15 @@ class Dispatcher:
                     self.counters.hits += 1
                     return entry.run(*args, **kwargs)
             self.counters.misses += 1
-            reason = self._entries[0].failure(f_locals) if self._entries else None
             entry = None
-            if len(self._entries) >= self.recompile_limit:
+            # Naming the failing guard costs more than the call itself: only
+            # for a recompile, or the limit's one warning.
+            at_limit = len(self._entries) >= self.recompile_limit
+            wanted = not self._warned if at_limit else not self._gave_up
+            reason = (
+                self._entries[0].failure(f_locals) if wanted and self._entries else None
+            )
+            if at_limit:
                 self._warn_limit(reason)
             elif not self._gave_up:
                 if reason is not None:
