@@ -143,3 +143,78 @@ def test_conv_pool_training_matches_eager_and_leaves_nothing_to_torch(layout):
         for g, w in zip([p.grad for p in params], want):
             torch.testing.assert_close(g, w)
     assert ember.explain(model)(x).fallback_ops == []
+
+
+class ResidualBlock(torch.nn.Module):
+    """A ResNet stem and block: strided conv, max pool, batch norm, adaptive pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 7, stride=2, padding=3)
+        self.conv1 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.norm1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.norm2 = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.stem(x)), 3, 2, 1)
+        y = self.norm2(self.conv2(F.relu(self.norm1(self.conv1(x)))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(F.relu(x + y), 1), 1))
+
+
+class Recurrent(torch.nn.Module):
+    """An LSTM cell unrolled over time, then a log-softmax head."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = torch.nn.LSTMCell(8, 16)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, xs):
+        h = c = torch.zeros(xs.shape[0], 16)
+        for t in range(xs.shape[1]):
+            h, c = self.cell(xs[:, t], (h, c))
+        return F.log_softmax(self.out(h), -1)
+
+
+class Sequence1d(torch.nn.Module):
+    """conv1d, group norm, SiLU, avg_pool1d, a GLU gate, cumsum and a norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 6, 5, padding=2)
+        self.norm = torch.nn.GroupNorm(2, 6)
+
+    def forward(self, x):
+        y = F.avg_pool1d(F.silu(self.norm(self.conv(x))), 2)
+        gated = F.glu(torch.cat([y, y * 2], 1), 1)
+        return gated.cumsum(-1) / gated.norm(dim=-1, keepdim=True).clamp_min(1e-3)
+
+
+MODELS = {
+    "residual_block": (ResidualBlock, (2, 3, 32, 32)),
+    "recurrent": (Recurrent, (3, 4, 8)),
+    "sequence_1d": (Sequence1d, (2, 4, 16)),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_small_models_train_like_eager_with_nothing_left_to_torch(name):
+    make, shape = MODELS[name]
+    torch.manual_seed(0)
+    model = make()
+    twin = make()
+    twin.load_state_dict(model.state_dict())
+    compiled = ember.compile(twin)
+    for _ in range(2):
+        x = torch.randn(*shape)
+        for m in (model, twin):
+            m.zero_grad()
+        model(x).pow(2).sum().backward()
+        compiled(x).pow(2).sum().backward()
+        for got, want in zip(twin.parameters(), model.parameters()):
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-3, atol=1e-4)
+        for got, want in zip(twin.buffers(), model.buffers()):
+            torch.testing.assert_close(got, want)  # batch norm's running stats
+    assert ember.explain(twin)(x).fallback_ops == []
