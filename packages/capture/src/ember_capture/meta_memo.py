@@ -2,9 +2,10 @@
 which input an output aliases, keyed by the op and its inputs' metadata.
 
 Capture computes every example output on meta tensors. Many of torch's meta kernels
-are Python, and the first of them in a process imports torch._dynamo (about a
-second). The memo answers repeated ops in-process, and the umbrella persists the
-entries a capture used, so a new process with a warm cache runs no meta kernel.
+are Python, and the first of them in a process imports torch's own compiler
+frontend (about a second). The memo answers repeated ops in-process, and the
+umbrella persists the entries a capture used, so a new process with a warm cache
+runs no meta kernel.
 An entry is a fact about torch's own code for the given metadata and global state,
 so it is valid for as long as the torch version is the same (the umbrella keys its
 files by version). Ops whose answer the memo cannot replay exactly are not kept.

@@ -267,7 +267,8 @@ def _roll(lo: Lowerer, a: TV, shifts, dims=()):
     return reindexed(lo, a, lo.out_meta, mapping)
 
 
-def _index_test(op: str, i: Index, bound: int) -> Expr:
+def index_test(op: str, i: Index, bound: int) -> Expr:
+    """``i op bound`` (``"ge"``, ``"lt"``, ...) as a bool value."""
     return Call(op, (IndexValue(i), Const(bound, torch.int64)), torch.bool)
 
 
@@ -286,9 +287,9 @@ def _constant_pad_nd(lo: Lowerer, a: TV, pad, value=0):
         for d, i in enumerate(index):
             src.append(i - before[d])
             if before[d] > 0:
-                inside.append(_index_test("ge", i, before[d]))
+                inside.append(index_test("ge", i, before[d]))
             if before[d] + a.sizes[d] < out.shape[d]:
-                inside.append(_index_test("lt", i, before[d] + a.sizes[d]))
+                inside.append(index_test("lt", i, before[d] + a.sizes[d]))
         load = lo.load(a, src)
         if not inside:
             return load
@@ -369,9 +370,7 @@ def _upsample_nearest2d_backward(
                 src.append(i * k + r)
             else:  # only every k-th input row was read
                 src.append(i // k)
-                kept.append(
-                    Call("eq", (IndexValue(i % k), Const(0, torch.int64)), torch.bool)
-                )
+                kept.append(index_test("eq", i % k, 0))
         value = lo.load(grad, src)
         if not kept:
             return value

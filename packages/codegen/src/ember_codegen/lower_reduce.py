@@ -12,6 +12,7 @@ import torch
 
 from .indexing import ZERO, Index, Indirect
 from .ir import Expr, IndexValue, ReduceKind
+from .lower_layout import index_test
 from .lower_pointwise import call
 from .lowering import TV, Lowerer, Unsupported, cast, constant, extern, register
 
@@ -251,8 +252,7 @@ def _int(value: Index | int) -> Expr:
 
 def _inside(position: Index, size: int) -> Expr:
     """Whether ``position`` lies in ``[0, size)``."""
-    low = call("ge", _int(position), _int(0), dtype=torch.bool)
-    high = call("lt", _int(position), _int(size), dtype=torch.bool)
+    low, high = index_test("ge", position, 0), index_test("lt", position, size)
     return call("and", low, high, dtype=torch.bool)
 
 

@@ -243,7 +243,8 @@ class GraphCache:
 class MetaResultsCache:
     """Per function, the meta-kernel results its captures used (ember_capture's
     ``meta_results``), so capture in a new process replays them instead of running
-    torch's meta kernels (the first of which imports torch._dynamo, about a second).
+    torch's meta kernels (the first of which imports torch's own compiler frontend,
+    about a second).
 
     Entries are facts about torch's own ops for given metadata, so the key is the
     function's place in the user's code (only to choose what to load) and the
