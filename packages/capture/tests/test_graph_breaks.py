@@ -238,6 +238,94 @@ def test_side_effects_are_replayed_in_order():
             torch.testing.assert_close(model.last, twin.last)
 
 
+def pops_and_reinserts(x, **kwargs):
+    # transformers' output decorators pop keyword arguments and put them back.
+    mask = kwargs.pop("mask")
+    scale = kwargs.pop("scale", 1.0)
+    kwargs.update({"mask": mask, "seen": True})
+    return x * mask * scale, kwargs
+
+
+def test_replay_reads_values_as_the_function_first_saw_them():
+    runtime = Runtime()
+    compiled = runtime.compile(pops_and_reinserts)
+    for _ in range(2):
+        x, mask = torch.randn(3), torch.randn(3)
+        kwargs, kwargs_twin = {"mask": mask, "scale": 2.0}, {"mask": mask, "scale": 2.0}
+        out, returned = compiled(x, **kwargs)
+        expected, expected_kwargs = pops_and_reinserts(x, **kwargs_twin)
+        torch.testing.assert_close(out, expected)
+        assert list(returned) == list(expected_kwargs) == ["mask", "seen"]
+        assert returned["mask"] is mask and returned["seen"] is True
+    assert runtime.captures == 1
+
+
+class Cache:
+    def __init__(self):
+        self.table = [1]
+
+
+def rebinds_then_returns_old(x, cache):
+    old = cache.table
+    cache.table = [2]
+    old.append(3)
+    return x + 1, old
+
+
+def test_replay_writes_into_the_object_first_read_not_its_replacement():
+    cache, twin = Cache(), Cache()
+    x = torch.randn(2)
+    out, old = Runtime().compile(rebinds_then_returns_old)(x, cache)
+    expected, expected_old = rebinds_then_returns_old(x, twin)
+    torch.testing.assert_close(out, expected)
+    assert old == expected_old == [1, 3] and cache.table == twin.table == [2]
+
+
+def changes_made_containers(x, out):
+    lst = [3, 1, 2]
+    lst.sort()
+    out.append(lst)
+    ranked = [1, 2, 3, 2]
+    ranked.reverse()
+    ranked.insert(0, 9)
+    ranked.remove(2)
+    ranked.sort(reverse=True)
+    del ranked[0]
+    out.append(ranked)
+    d = {"a": 1, "b": 2, "c": 3}
+    d.setdefault("e", 5)
+    last = d.popitem()
+    del d["a"]
+    out.append((d, last))
+    emptied = [x]
+    emptied.clear()
+    out.append(emptied)
+    return x * 2
+
+
+def _negate(v):
+    return -v
+
+
+def breaks_while_a_made_list_is_live(x, out):
+    lst = [3, 1, 2]
+    out.append(lst)
+    lst.sort(key=_negate)  # a key function breaks the graph
+    return x * len(lst)
+
+
+@pytest.mark.parametrize(
+    "fn", [changes_made_containers, breaks_while_a_made_list_is_live]
+)
+def test_in_place_changes_to_made_containers_reach_what_escapes(fn):
+    x = torch.randn(3)
+    out, out_twin = [], []
+    actual = Runtime().compile(fn)(x, out)
+    expected = fn(x, out_twin)
+    torch.testing.assert_close(actual, expected)
+    assert out == out_twin
+
+
 def in_no_grad(x, w):
     y = x @ w
     with torch.no_grad():

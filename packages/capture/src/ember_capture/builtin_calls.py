@@ -476,6 +476,45 @@ def _list_reverse(tx, lst: ListValue) -> Value:
     return ConstValue(None)
 
 
+@handles_method((ListValue,), "sort")
+def _list_sort(tx, lst: ListValue, key: Value | None = None, reverse=None) -> Value:
+    if key is not None and not (isinstance(key, ConstValue) and key.value is None):
+        raise tx.unsupported("list.sort() with a key function")
+    flag = bool(calls.constant(tx, reverse)) if reverse is not None else False
+    consts = [calls.constant(tx, i) for i in lst.items]
+    order = sorted(range(len(consts)), key=consts.__getitem__, reverse=flag)
+    _note_change(tx, lst)
+    lst.items[:] = [lst.items[i] for i in order]
+    return ConstValue(None)
+
+
+@handles_method((ListValue,), "remove")
+def _list_remove(tx, lst: ListValue, item: Value) -> Value:
+    consts = [calls.constant(tx, i) for i in lst.items]
+    target = calls.constant(tx, item)
+    if target not in consts:
+        raise tx.unsupported(f"removing {target!r}, which is not in the list")
+    _note_change(tx, lst)
+    del lst.items[consts.index(target)]
+    return ConstValue(None)
+
+
+@handles_method((ListValue, DictValue), "clear")
+def _clear(tx, container: Value) -> Value:
+    _note_change(tx, container)
+    container.items.clear()
+    return ConstValue(None)
+
+
+@handles_method((DictValue,), "popitem")
+def _dict_popitem(tx, d: DictValue) -> Value:
+    if not d.items:
+        raise tx.unsupported("popitem() of an empty dict (KeyError)")
+    _note_change(tx, d)
+    k, v = d.items.popitem()
+    return TupleValue((ConstValue(k), v))
+
+
 @handles_method((ListValue,), "copy")
 def _list_copy(tx, lst: ListValue) -> Value:
     return ListValue(list(lst.items))

@@ -396,7 +396,6 @@ def _cell_source(fn_source: Source, code: types.CodeType, name: str) -> Source:
 # What the user wrote, for opcodes capture does not handle yet (by opname prefix).
 _CONSTRUCTS = {
     "DELETE_ATTR": "deleting an attribute",
-    "DELETE_SUBSCR": "deleting an item",
     "PUSH_EXC_INFO": "exception handling",
     "SEND": "yield from or await",
     "MATCH_": "a match statement",

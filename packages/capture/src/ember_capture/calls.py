@@ -691,6 +691,21 @@ def set_item(tx: Interpreter, obj: Value, index: Value, value: Value) -> None:
         tx.output.write_contents(obj)
 
 
+def del_item(tx: Interpreter, obj: Value, index: Value) -> None:
+    """``del obj[index]`` for lists and dicts."""
+    if isinstance(obj, ListValue):
+        del obj.items[constant(tx, index)]
+    elif isinstance(obj, DictValue):
+        k = key(tx, index)
+        if k not in obj.items:
+            raise tx.unsupported(f"deleting missing key {k!r} (KeyError)")
+        del obj.items[k]
+    else:
+        raise tx.unsupported(f"deleting an item of a {describe_value(obj)}")
+    if obj.source is not None:
+        tx.output.write_contents(obj)
+
+
 def set_attr(tx: Interpreter, obj: Value, name: str, value: Value) -> None:
     """``obj.name = value``: recorded and replayed after the graph."""
     if isinstance(obj, DataclassValue) and obj.source is None:

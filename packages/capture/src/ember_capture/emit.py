@@ -15,7 +15,7 @@ from . import meta_memo, transform
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
 from .side_effects import AttrWrite, GlobalWrite, SideEffect
-from .source import FLOAT_TENSOR_CELL, GLOBALS_CELL, FloatTensorSource
+from .source import FLOAT_TENSOR_CELL, GLOBALS_CELL, FloatTensorSource, Source
 from .variables import (
     BoundFunctionValue,
     ConstValue,
@@ -53,6 +53,12 @@ class Emitter:
         self.cells: dict[str, object] = {GLOBALS_CELL: fn.__globals__}
         self.graphs: list[CapturedGraph] = []
         self._outputs: dict[torch.fx.Node, int] = {}
+        # Once the replay starts, frame sources are read from snapshots taken
+        # before its first write: the function may have popped a key or rebound
+        # an attribute that a rebuilt value was first read from.
+        self._snapshot_at: int | None = None
+        self._snapshots: dict[str, str] = {}
+        self._made: dict[int, str] = {}  # id of a ListValue/DictValue -> its name
 
     def call_graph(self, live: list[Value]) -> None:
         """Finish the graph, returning every tensor in ``live``, and call it."""
@@ -89,7 +95,10 @@ class Emitter:
             self.body.append(f"{switch}({enabled})")
 
     def replay(self, effects: list[SideEffect]) -> None:
-        """Statements that redo capture's recorded writes, in order."""
+        """Statements that redo capture's recorded writes, in order. Every value
+        rebuilt from here on is read as the function first saw it."""
+        if effects and self._snapshot_at is None:
+            self._snapshot_at = len(self.body)
         for effect in effects:
             if isinstance(effect, AttrWrite):
                 target = self.expr(effect.target)
@@ -100,10 +109,10 @@ class Emitter:
                 value = self.expr(effect.value)
                 self.body.append(f"{target}[{effect.name!r}] = {value}")
             elif isinstance(effect.container, ListValue):
-                target = effect.container.source.code()
+                target = self._read(effect.container.source)
                 self.body.append(f"{target}[:] = {self._contents(effect.container)}")
             else:
-                target = effect.container.source.code()
+                target = self._read(effect.container.source)
                 self.body.append(f"{target}.clear()")
                 self.body.append(f"{target}.update({self._contents(effect.container)})")
 
@@ -118,14 +127,14 @@ class Emitter:
                 return f"{GRAPH_OUT}[{self._outputs[v.node]}]"
             if v.source is None:
                 raise TypeError("a tensor the graph does not return")
-            return v.source.code()
+            return self._read(v.source)
         if isinstance(v, TupleValue):
             items = [self.expr(i) for i in v.items]
             return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
         if isinstance(v, (ListValue, DictValue)):
             if v.source is not None:  # the caller's own object (replay updated it)
-                return v.source.code()
-            return self._contents(v)
+                return self._read(v.source)
+            return self._built(v)
         if isinstance(v, NamedTupleValue):
             items = [self.expr(i) for i in v.items]
             return f"{self.constant(v.cls)}{v.build_code(items)}"
@@ -136,14 +145,37 @@ class Emitter:
             return f"{self.expr(v.receiver)}.{v.name}"
         if isinstance(v, BoundFunctionValue) and v.source is not None:
             method_type = self.constant(types.MethodType)
-            return f"{method_type}({v.source.code()}, {self.expr(v.receiver)})"
+            return f"{method_type}({self._read(v.source)}, {self.expr(v.receiver)})"
         if isinstance(v, (ModuleValue, UserObjectValue, ObjectValue)) and v.source:
-            return v.source.code()
+            return self._read(v.source)
         if isinstance(v, FloatInputValue):  # still unguarded: pass it on as read
-            return v.source.code()
+            return self._read(v.source)
         if isinstance(v, (ConstValue, ObjectValue, ModuleValue)):
             return self.constant(v.value)
         raise TypeError(f"a {type(v).__name__} has no value outside capture")
+
+    def _built(self, container: ListValue | DictValue) -> str:
+        """The one list or dict made for ``container``: every place that holds it
+        (a local, the stack, another container) must hold the same object, so
+        that a later in-place change reaches all of them."""
+        name = self._made.get(id(container))
+        if name is None:
+            contents = self._contents(container)
+            name = self._made[id(container)] = f"__ember_made{len(self._made)}"
+            self.body.append(f"{name} = {contents}")
+        return name
+
+    def _read(self, source: Source) -> str:
+        """Python that reads ``source`` as it was before the replay's writes."""
+        code = source.code()
+        if self._snapshot_at is None:
+            return code
+        if code not in self._snapshots:
+            name = f"__ember_pre{len(self._snapshots)}"
+            self.body.insert(self._snapshot_at, f"{name} = {code}")
+            self._snapshot_at += 1
+            self._snapshots[code] = name
+        return self._snapshots[code]
 
     def _contents(self, container: ListValue | DictValue) -> str:
         """A new list or dict literal holding ``container``'s items."""

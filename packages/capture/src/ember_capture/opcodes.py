@@ -180,6 +180,12 @@ def _store_subscr(tx, inst):
     calls.set_item(tx, container, index, value)
 
 
+@opcode("DELETE_SUBSCR")
+def _delete_subscr(tx, inst):
+    index, container = tx.pop(), tx.pop()
+    calls.del_item(tx, container, index)
+
+
 # -- operators --------------------------------------------------------------------
 
 _BINARY_OPS = {
