@@ -307,3 +307,18 @@ def test_break_that_cannot_resume_raises_with_a_location():
         capture(fn, torch.randn(1))
     assert info.value.filename == __file__
     assert info.value.lineno == fn.__code__.co_firstlineno + 2
+
+
+def test_in_place_operator_on_a_python_number_takes_a_tensor():
+    # T5's attention: ``position_bias = 0; position_bias += tensor``.
+    def accumulate(x, y):
+        total = 0
+        total += x * 2
+        scale = 1.0
+        scale *= y
+        pair = (1,)
+        pair += (2,)
+        return total, scale, pair
+
+    result = assert_same(accumulate, torch.randn(3), torch.randn(3))
+    assert len(result.graphs) == 1

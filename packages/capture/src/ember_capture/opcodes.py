@@ -200,6 +200,12 @@ _BINARY_OPS = {
     "/=": operator.itruediv, "^=": operator.ixor,
 }  # fmt: skip
 
+_INPLACE_DUNDERS = {
+    symbol: f"__i{op.__name__.removeprefix('i').strip('_')}__"
+    for symbol, op in _BINARY_OPS.items()
+    if symbol.endswith("=")
+}
+
 _COMPARE_OPS = {
     "<": operator.lt, "<=": operator.le, "==": operator.eq,
     "!=": operator.ne, ">": operator.gt, ">=": operator.ge,
@@ -213,7 +219,16 @@ def _apply(tx: Interpreter, op: Callable, *args: Value) -> None:
 @opcode("BINARY_OP")
 def _binary_op(tx, inst):
     rhs, lhs = tx.pop(), tx.pop()
-    _apply(tx, _BINARY_OPS[inst.argrepr], lhs, rhs)
+    symbol = inst.argrepr
+    if (
+        symbol.endswith("=")
+        and isinstance(lhs, ConstValue)
+        and not hasattr(type(lhs.value), _INPLACE_DUNDERS[symbol])
+    ):
+        # ``n += t`` on an int or a tuple is ``n = n + t``, as Python does it
+        # (the graph must not hold an in-place op on a literal).
+        symbol = symbol[:-1]
+    _apply(tx, _BINARY_OPS[symbol], lhs, rhs)
 
 
 @opcode("COMPARE_OP")
