@@ -1,0 +1,296 @@
+"""Hugging Face transformers models, built from tiny configs (no downloads), through
+ember.compile: eval logits and one training step (loss and every parameter's
+gradient) compared with eager, on two batch and sequence sizes. The graph and break
+counts are printed (``pytest -s``) and bounded, so a regression in capture shows up
+as a number; issue 14 brings them down."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import ember
+
+transformers = pytest.importorskip("transformers")
+
+RTOL, ATOL = 1e-3, 1e-4
+SIZES = ((2, 8), (3, 12))  # (batch, sequence): the second call recompiles
+VOCAB = 256
+
+
+def _text(batch: int, seq: int) -> dict:
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[0, : seq // 4] = 0  # left padding in the first row
+    return {"input_ids": torch.randint(0, VOCAB, (batch, seq)), "attention_mask": mask}
+
+
+def _seq2seq(batch: int, seq: int) -> dict:
+    return {
+        **_text(batch, seq),
+        "decoder_input_ids": torch.randint(0, VOCAB, (batch, seq)),
+    }
+
+
+def _image(batch: int, seq: int) -> dict:
+    return {"pixel_values": torch.randn(batch, 3, 32, 32)}
+
+
+def _audio(batch: int, seq: int) -> dict:
+    return {
+        "input_features": torch.randn(batch, 16, 64),
+        "decoder_input_ids": torch.randint(0, VOCAB, (batch, seq)),
+    }
+
+
+def _token_labels(batch: int, seq: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, seq))
+
+
+def _class_labels(batch: int, seq: int) -> torch.Tensor:
+    return torch.randint(0, 10, (batch,))
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    build: Callable[[], torch.nn.Module]
+    inputs: Callable[[int, int], dict]
+    labels: Callable[[int, int], torch.Tensor]
+    # Upper bounds on what one compiled model captures over the two sizes today
+    # (graphs, breaks); they go down as capture learns library code (issue 14).
+    most_graphs: int
+    most_breaks: int
+
+
+# Dropout off everywhere: eager and compiled draw different random streams.
+_NO_DROPOUT = dict(
+    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attention_dropout=0.0
+)
+_DECODER = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    vocab_size=VOCAB,
+    attention_dropout=0.0,
+)
+
+
+def _families() -> list[Family]:
+    t = transformers
+    return [
+        Family(
+            "gpt2",
+            lambda: t.GPT2LMHeadModel(
+                t.GPT2Config(
+                    n_embd=64,
+                    n_layer=2,
+                    n_head=4,
+                    vocab_size=VOCAB,
+                    n_positions=64,
+                    resid_pdrop=0.0,
+                    embd_pdrop=0.0,
+                    attn_pdrop=0.0,
+                    bos_token_id=1,
+                    eos_token_id=2,
+                )
+            ),
+            _text,
+            _token_labels,
+            40,
+            120,
+        ),
+        Family(
+            "bert",
+            lambda: t.BertForMaskedLM(
+                t.BertConfig(
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=128,
+                    vocab_size=VOCAB,
+                    **_NO_DROPOUT,
+                )
+            ),
+            _text,
+            _token_labels,
+            40,
+            120,
+        ),
+        Family(
+            "llama",
+            lambda: t.LlamaForCausalLM(t.LlamaConfig(**_DECODER)),
+            _text,
+            _token_labels,
+            60,
+            120,
+        ),
+        Family(
+            "mistral",
+            lambda: t.MistralForCausalLM(t.MistralConfig(**_DECODER)),
+            _text,
+            _token_labels,
+            60,
+            120,
+        ),
+        Family(
+            "qwen2",
+            lambda: t.Qwen2ForCausalLM(t.Qwen2Config(**_DECODER)),
+            _text,
+            _token_labels,
+            60,
+            120,
+        ),
+        Family(
+            "t5",
+            lambda: t.T5ForConditionalGeneration(
+                t.T5Config(
+                    d_model=64,
+                    d_ff=128,
+                    num_layers=2,
+                    num_heads=4,
+                    d_kv=16,
+                    vocab_size=VOCAB,
+                    dropout_rate=0.0,
+                )
+            ),
+            _seq2seq,
+            _token_labels,
+            60,
+            160,
+        ),
+        Family(
+            "distilbert",
+            lambda: t.DistilBertForMaskedLM(
+                t.DistilBertConfig(
+                    dim=64,
+                    n_layers=2,
+                    n_heads=4,
+                    hidden_dim=128,
+                    vocab_size=VOCAB,
+                    dropout=0.0,
+                    attention_dropout=0.0,
+                )
+            ),
+            _text,
+            _token_labels,
+            40,
+            120,
+        ),
+        Family(
+            "vit",
+            lambda: t.ViTForImageClassification(
+                t.ViTConfig(
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=128,
+                    image_size=32,
+                    patch_size=8,
+                    num_labels=10,
+                    **_NO_DROPOUT,
+                )
+            ),
+            _image,
+            _class_labels,
+            30,
+            60,
+        ),
+        Family(
+            "whisper",
+            lambda: t.WhisperForConditionalGeneration(
+                t.WhisperConfig(
+                    d_model=64,
+                    encoder_layers=2,
+                    decoder_layers=2,
+                    encoder_attention_heads=4,
+                    decoder_attention_heads=4,
+                    encoder_ffn_dim=128,
+                    decoder_ffn_dim=128,
+                    vocab_size=VOCAB,
+                    num_mel_bins=16,
+                    max_source_positions=32,
+                    max_target_positions=64,
+                    pad_token_id=0,
+                    bos_token_id=1,
+                    eos_token_id=2,
+                    decoder_start_token_id=1,
+                    dropout=0.0,
+                    attention_dropout=0.0,
+                    activation_dropout=0.0,
+                )
+            ),
+            _audio,
+            _token_labels,
+            50,
+            140,
+        ),
+    ]
+
+
+FAMILIES = {f.name: f for f in _families()}
+
+
+def _counts(compiled: torch.nn.Module) -> tuple[int, int]:
+    forward = compiled._compiled_forward
+    return len(forward.log.graphs), len(forward.breaks)
+
+
+def _compile_quietly(model: torch.nn.Module, inputs: dict) -> object:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "runs eagerly" notes: counted below
+        return model(**inputs)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_eval_logits_match_eager(name: str) -> None:
+    family = FAMILIES[name]
+    torch.manual_seed(0)
+    model = family.build().eval()
+    compiled = ember.compile(model)
+    for batch, seq in SIZES:
+        inputs = family.inputs(batch, seq)
+        with torch.no_grad():
+            expected = model(**inputs).logits
+            actual = _compile_quietly(compiled, inputs).logits
+        torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+    graphs, breaks = _counts(compiled)
+    print(f"\n{name} eval: {graphs} graphs, {breaks} breaks")
+    assert 1 <= graphs <= family.most_graphs and breaks <= family.most_breaks
+
+
+def _step(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, dict]:
+    model.zero_grad(set_to_none=True)
+    loss = _compile_quietly(model, inputs).loss
+    loss.backward()
+    return loss.detach(), {
+        k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None
+    }
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_training_step_matches_eager(name: str) -> None:
+    family = FAMILIES[name]
+    torch.manual_seed(0)
+    model = family.build().train()
+    compiled = ember.compile(model)
+    for batch, seq in SIZES:
+        inputs = {**family.inputs(batch, seq), "labels": family.labels(batch, seq)}
+        expected_loss, expected_grads = _step(model, inputs)
+        actual_loss, actual_grads = _step(compiled, inputs)
+        torch.testing.assert_close(actual_loss, expected_loss, rtol=RTOL, atol=ATOL)
+        assert actual_grads.keys() == expected_grads.keys()
+        trained = [p for p in model.parameters() if p.requires_grad]
+        assert len(expected_grads) == len(trained)
+        for key, grad in expected_grads.items():
+            torch.testing.assert_close(
+                actual_grads[key], grad, rtol=RTOL, atol=ATOL, msg=key
+            )
+    graphs, breaks = _counts(compiled)
+    print(f"\n{name} train: {graphs} graphs, {breaks} breaks")
+    assert 1 <= graphs <= family.most_graphs and breaks <= family.most_breaks
