@@ -24,6 +24,7 @@ from .build import find_compiler
 from .compiled import CompiledGraph
 from .cpp import emit_source
 from .cpp_wrapper import emit_cpp_wrapper
+from .locations import graph_locations
 from .lowering import c_name, lower_graph
 from .memory import plan_memory
 from .scheduler import Kernel, schedule
@@ -69,11 +70,18 @@ def compile_graph(
     title = f"{type(gm).__name__}, {sum(1 for _ in gm.graph.nodes)} nodes"
     wrapper = emit_wrapper(gm, title)
     constants = {name: getattr(gm, name) for name in wrapper.constant_names}
+    locations = graph_locations(gm)
     reason = _not_for_cpp(gm, example_inputs) if target == "cpp" else None
     if target == "torch" or reason:
         if reason:
             log.debug("graph %s runs through torch: %s", title, reason)
-        return CompiledGraph(wrapper.source, "torch", wrapper.fallback_ops, constants)
+        return CompiledGraph(
+            wrapper.source,
+            "torch",
+            wrapper.fallback_ops,
+            constants,
+            locations=locations,
+        )
 
     lowered = lower_graph(gm, example_inputs)
     plan_input = schedule(lowered)
@@ -92,6 +100,7 @@ def compile_graph(
         infos,
         wrapper.source,
         cache_dir,
+        locations,
     )
 
 

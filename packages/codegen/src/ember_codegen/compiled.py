@@ -2,7 +2,9 @@
 
 It holds the generated sources and everything needed to rebuild the callable from
 bytes, so a cache can store ``to_bytes()`` and rebuild it with ``from_bytes``; the
-C++ target's shared object is reloaded from the kernel cache, or recompiled.
+C++ target's shared object is reloaded from the kernel cache, or recompiled. A
+rebuilt graph can be told where its code is now (``locations``), so its sources
+name the current program's lines.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hashlib
 import io
 import linecache
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -20,11 +22,12 @@ import torch
 
 from .build import load_library
 from .cpp_wrapper import WRAPPER_HELPERS, KernelInfo
+from .locations import replace_locations
 from .wrapper import WRAPPER_GLOBALS
 
 log = logging.getLogger("ember.output_code")
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 def _exec(source: str, namespace: dict, kind: str) -> Callable:
@@ -44,7 +47,8 @@ class CompiledGraph:
     target ``cpp_source`` holds the kernels it calls and ``torch_source`` the
     plain torch wrapper run for inputs unlike the compiled ones. ``kernels``
     lists, in call order, each generated loop, library call and fallback op;
-    ``fallback_ops`` names the aten ops run through torch's own kernels.
+    ``fallback_ops`` names the aten ops run through torch's own kernels;
+    ``locations`` the user ``file:line`` strings the sources' comments name.
     """
 
     wrapper_source: str
@@ -55,6 +59,7 @@ class CompiledGraph:
     kernels: tuple[KernelInfo, ...] = ()
     torch_source: str = ""
     cache_dir: Path | None = None
+    locations: tuple[str, ...] = ()
     library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)
 
@@ -66,7 +71,7 @@ class CompiledGraph:
                 self.torch_source, fallback_ns, "torch wrapper"
             )
         if self.cpp_source:
-            lib, path = load_library(self.cpp_source, self.cache_dir)
+            lib, path = load_library(self.cpp_source, self.cache_dir, self.locations)
             object.__setattr__(self, "library_path", path)
             for info in self.kernels:
                 if info.kind == "loop":
@@ -110,24 +115,39 @@ class CompiledGraph:
                 "cpp_source": self.cpp_source,
                 "kernels": [asdict(k) for k in self.kernels],
                 "torch_source": self.torch_source,
+                "locations": list(self.locations),
             },
             buffer,
         )
         return buffer.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes, cache_dir: Path | None = None) -> CompiledGraph:
+    def from_bytes(
+        cls,
+        data: bytes,
+        cache_dir: Path | None = None,
+        locations: Mapping[str, str] | None = None,
+    ) -> CompiledGraph:
         """Rebuild from ``to_bytes()``; the C++ is loaded from ``cache_dir`` (the
-        default kernel cache when None) or compiled again if it is not there."""
+        default kernel cache when None) or compiled again if it is not there.
+
+        ``locations`` maps each stored location to the one the sources name
+        instead (where the code is now); the kernels are still the stored ones,
+        as only comments change."""
         state = torch.load(io.BytesIO(data), weights_only=True)
         if state.get("format") != FORMAT_VERSION:
             raise ValueError(f"unsupported CompiledGraph format {state.get('format')}")
+        new = dict(locations or {})
+
+        def moved(source: str) -> str:
+            return replace_locations(source, new)
+
         return cls(
-            state["wrapper_source"],
+            moved(state["wrapper_source"]),
             state["target"],
             tuple(state["fallback_ops"]),
             state["constants"],
-            state["cpp_source"],
+            moved(state["cpp_source"]),
             tuple(
                 KernelInfo(
                     k["kind"],
@@ -138,6 +158,7 @@ class CompiledGraph:
                 )
                 for k in state["kernels"]
             ),
-            state["torch_source"],
+            moved(state["torch_source"]),
             cache_dir,
+            tuple(dict.fromkeys(new.get(loc, loc) for loc in state["locations"])),
         )

@@ -1,0 +1,116 @@
+"""The kernel cache on disk: a damaged, unchecked or half-written shared object is
+never loaded; it is removed with one warning and compiled again, in every later
+process. Kernels keep their file when only the user locations named in their
+comments change, and their sources then name the new locations."""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.fx
+from conftest import check
+
+from ember_codegen import CompiledGraph, compile_graph
+
+aten = torch.ops.aten
+
+# Five tiny translation units, so that every kind of damage gets its own file.
+_CHILD = r"""
+import json, sys, warnings
+from ember_codegen import load_library
+source = 'extern "C" int answer() { return %d; }\n'
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    answers = [load_library(source % n, sys.argv[1])[0].answer() for n in range(5)]
+print(json.dumps({"answers": answers, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def start(cache_dir):
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(cache_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def warnings_of(child) -> list[str]:
+    stdout, stderr = child.communicate(timeout=300)
+    assert child.returncode == 0, stderr
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["answers"] == list(range(5))
+    return result["warnings"]
+
+
+def test_damaged_kernels_are_removed_with_a_warning_and_compiled_again(tmp_path):
+    # Two processes filling an empty folder at once: each loads whole files only.
+    for child in [start(tmp_path) for _ in range(2)]:
+        assert warnings_of(child) == []
+    shared_objects = sorted(tmp_path.glob("*.so"))
+    assert len(shared_objects) == 5
+    assert not list(tmp_path.glob("*.tmp"))
+    short, flipped, empty, unchecked, gone = shared_objects
+    short.write_bytes(b"\x7fEL")  # what a crash or a full disk leaves
+    raw = bytearray(flipped.read_bytes())
+    raw[len(raw) // 2] ^= 0x10  # may still load, and run other code
+    flipped.write_bytes(bytes(raw))
+    empty.write_bytes(b"")
+    [checksum] = set(tmp_path.glob(f"{unchecked.stem}.*")) - {
+        unchecked,
+        unchecked.with_suffix(".cpp"),
+    }
+    checksum.unlink()  # the sibling that vouches for it is gone
+    gone.unlink()  # no shared object: compiled again, nothing to warn about
+    # A writer that died mid-write leaves a temporary file, never loaded.
+    (tmp_path / f"{gone.stem}.x1y2.so.tmp").write_bytes(b"\x7fELF half")
+
+    messages = warnings_of(start(tmp_path))
+    assert len(messages) == 4, messages
+    for damaged in (short, flipped, empty, unchecked):
+        [message] = [m for m in messages if str(damaged) in m]
+        assert "removed" in message and "compiled again" in message
+    assert warnings_of(start(tmp_path)) == []  # repaired for good: warned once
+
+
+def at_lines(fn, *locations):
+    """``fn``'s aten graph, its call nodes at ``locations`` in turn."""
+    gm = torch.fx.symbolic_trace(fn)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for i, node in enumerate(calls):
+        node.meta["user_loc"] = locations[min(i, len(locations) - 1)]
+    return gm
+
+
+def test_moved_code_names_its_new_locations_and_keeps_its_kernels(tmp_path):
+    def fn(x):
+        y = aten.mul.Tensor(aten.sin.default(x), 2.0)
+        return (aten.add.Tensor(y, 1.0), aten.sum.dim_IntList(y, [-1]))
+
+    x = torch.randn(4, 8)
+    # "model.py:3" is a prefix of "model.py:30": replacing one must not touch the
+    # other.
+    old = ("/projA/model.py:3", "/projA/model.py:30")
+    new = ("/projB/other.py:7", "/projB/other.py:8")
+    stored = compile_graph(at_lines(fn, *old), [x], target="cpp", cache_dir=tmp_path)
+    assert stored.locations == old and stored.cpp_source
+    moved = CompiledGraph.from_bytes(
+        stored.to_bytes(), cache_dir=tmp_path, locations=dict(zip(old, new))
+    )
+    assert moved.locations == new
+    for source in ("wrapper_source", "cpp_source", "torch_source"):
+        text = getattr(stored, source)
+        assert old[0] in text and old[1] in text, source
+        # the longer location first, as it contains the shorter one
+        expected = text.replace(old[1], new[1]).replace(old[0], new[0])
+        assert getattr(moved, source) == expected, source
+    assert moved.library_path == stored.library_path  # no C++ compiled again
+    check(moved, fn, x)
+    # Compiled afresh at the new locations, the same sources and kernels.
+    fresh = compile_graph(at_lines(fn, *new), [x], target="cpp", cache_dir=tmp_path)
+    assert fresh.source == moved.source and fresh.torch_source == moved.torch_source
+    assert fresh.library_path == stored.library_path
+    assert len(list(tmp_path.glob("*.so"))) == 1
+    assert os.path.exists(stored.library_path)
