@@ -11,6 +11,8 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 import ember_capture
 from ember_runtime import (
     Counters,
@@ -58,6 +60,12 @@ def make_convert(
     ``meta_cache`` keeps the meta-kernel results capture used across processes."""
 
     def convert(args: tuple, kwargs: dict) -> Entry | Fallback:
+        # Compiling may draw from torch's generators (a stage that runs an op on
+        # real tensors); the user's seeded stream must not see it.
+        with torch.random.fork_rng(devices=_rng_devices()):
+            return _convert(args, kwargs)
+
+    def _convert(args: tuple, kwargs: dict) -> Entry | Fallback:
         try:
             with counters.timed("capture"):
                 if meta_cache is not None:
@@ -90,6 +98,14 @@ def make_convert(
         return GuardedEntry(guards.check, guards.failure, run)
 
     return convert
+
+
+def _rng_devices() -> list[int]:
+    """The CUDA devices whose generators a compile could touch (none until CUDA
+    is initialized, so a CPU-only process never starts it)."""
+    if not torch.cuda.is_initialized():
+        return []
+    return list(range(torch.cuda.device_count()))
 
 
 def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
