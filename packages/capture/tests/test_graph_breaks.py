@@ -433,3 +433,18 @@ def test_user_context_manager_is_entered_for_real_and_exits_in_order():
         assert ours.events == theirs.events == ["enter", "body", "exit"]
     for code in runtime.codes:
         check_code(code)
+
+
+def turns_on_gradients(x):
+    w = x.detach() * 2
+    w.requires_grad_(True)
+    return w.sum(), w
+
+
+def test_requires_grad_inside_breaks_so_the_tensor_becomes_a_leaf():
+    runtime = Runtime()
+    compiled = runtime.compile(turns_on_gradients)
+    total, w = compiled(torch.randn(3))
+    assert w.requires_grad and w.is_leaf and total.requires_grad
+    reasons = [str(e) for c in runtime.caches.values() for e in c.refused]
+    assert not reasons and runtime.breaks == 1

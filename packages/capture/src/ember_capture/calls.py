@@ -85,6 +85,21 @@ _TENSOR_META_METHODS = frozenset(
         "element_size",
     }
 )
+# Tensor methods that change a tensor's autograd identity, which a graph cannot
+# express (a graph's intermediate never becomes a new leaf): they break the graph,
+# so the tensor that comes out is the graph input of the next one.
+_TENSOR_AUTOGRAD_METHODS = {
+    "requires_grad_": (
+        "turning on gradients of a tensor with requires_grad_() inside the "
+        "compiled function",
+        "the graph breaks here; call requires_grad_() before the compiled "
+        "function to keep one graph",
+    ),
+    "retain_grad": (
+        "retain_grad() inside the compiled function",
+        "call it outside the compiled function",
+    ),
+}
 # torch functions that change global state or leave the program: never traced.
 _TORCH_SIDE_EFFECTS = frozenset(
     {
@@ -359,6 +374,8 @@ def call(tx: Interpreter, fn: Value, args: list[Value], kwargs: dict[str, Value]
 def _call_method(tx, fn: MethodValue, args, kwargs) -> Value:
     receiver = fn.receiver
     if isinstance(receiver, TensorValue):
+        if fn.name in _TENSOR_AUTOGRAD_METHODS:
+            raise tx.unsupported(*_TENSOR_AUTOGRAD_METHODS[fn.name])
         if fn.name in _TENSOR_META_METHODS:
             consts = [constant(tx, a) for a in args]
             kw = {k: constant(tx, v) for k, v in kwargs.items()}
