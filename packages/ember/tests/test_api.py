@@ -145,6 +145,34 @@ def test_module_wrapper_shares_state_with_the_original():
     assert not model.training and not model.fc1.training
 
 
+@pytest.mark.parametrize("called_first", [False, True])
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_copies_of_a_compiled_module_are_compiled_modules_of_their_own(
+    called_first, how
+):
+    import copy
+    import pickle
+
+    model = MLP()
+    compiled = ember.compile(model, backend="aot_eager")
+    x = torch.randn(2, 8)
+    if called_first:
+        compiled(x)
+    twin = (
+        copy.deepcopy(compiled)
+        if how == "deepcopy"
+        else pickle.loads(pickle.dumps(compiled))
+    )
+    assert type(twin) is type(compiled)
+    assert all(a is not b for a, b in zip(twin.parameters(), model.parameters()))
+    with torch.no_grad():  # an EMA-style update of the copy alone
+        for p in twin.parameters():
+            p.mul_(0.9)
+        torch.testing.assert_close(twin(x), twin.original(x))
+        torch.testing.assert_close(compiled(x), model(x))
+    assert twin._compiled_forward.dispatcher.counters.compiles == 1
+
+
 def test_module_hooks_still_run():
     model = MLP()
     compiled = ember.compile(model)

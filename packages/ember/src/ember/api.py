@@ -7,6 +7,7 @@ and caches the entry behind its guards.
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 import weakref
@@ -57,11 +58,22 @@ def compile(
     resolve_backend(backend, config, log)  # an unknown name fails here, not later
     context = _Context(backend, fullgraph, config, log)
 
+    # How a copy of a compiled module (deepcopy, pickle) compiles its own module.
+    again = functools.partial(
+        compile,
+        fullgraph=fullgraph,
+        dynamic=dynamic,
+        backend=backend,
+        mode=mode,
+        options=options,
+    )
+
     def wrap(target: Any) -> Any:
         if isinstance(target, (CompiledFunction, CompiledModule)):
             target = target.original  # compile afresh from the user's own object
         if isinstance(target, torch.nn.Module):
-            return CompiledModule(target, context.compile_callable(target.forward))
+            forward = context.compile_callable(target.forward)
+            return CompiledModule(target, forward, again)
         if isinstance(target, (types.FunctionType, types.MethodType)):
             return context.compile_callable(target)
         raise TypeError(
@@ -187,13 +199,22 @@ class CompiledModule(torch.nn.Module):
     Parameters, buffers and submodules are the original module's own dicts, so
     ``state_dict()`` keys, ``parameters()``, ``.to()`` and optimizers see the same
     tensors. Calls to a module with hooks run eagerly, so hooks always run.
+    ``copy.deepcopy`` and pickling give a compiled module over a copy of the
+    module, with the same compile settings, that compiles on its first call
+    (``recompile``; without one, the copy is the plain module).
     """
 
-    def __init__(self, module: torch.nn.Module, forward: Callable) -> None:
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        forward: Callable,
+        recompile: Callable[[torch.nn.Module], Any] | None = None,
+    ) -> None:
         super().__init__()
         self.__dict__["_orig_mod"] = module  # not a submodule: keeps state_dict keys
         self.__dict__["_compiled_forward"] = forward
         self.__dict__["original"] = module
+        self.__dict__["_recompile"] = recompile
         self._parameters = module._parameters
         self._buffers = module._buffers
         self._modules = module._modules
@@ -230,6 +251,22 @@ class CompiledModule(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"CompiledModule({self._orig_mod!r})"
+
+    # A copy never carries compiled entries (locks, guard checkers and kernels
+    # belong to this process and to this module's tensors): it holds a copy of the
+    # module and compiles again on its first call.
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        if self._recompile is None:
+            return (_identity, (self._orig_mod,))
+        return (self._recompile, (self._orig_mod,))
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        module = copy.deepcopy(self._orig_mod, memo)
+        return module if self._recompile is None else self._recompile(module)
+
+
+def _identity(module: torch.nn.Module) -> torch.nn.Module:
+    return module
 
 
 _HOOK_DICTS = (
