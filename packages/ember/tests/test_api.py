@@ -173,6 +173,20 @@ def test_copies_of_a_compiled_module_are_compiled_modules_of_their_own(
     assert twin._compiled_forward.dispatcher.counters.compiles == 1
 
 
+def test_a_model_holding_a_compiled_method_deep_copies():
+    import copy
+
+    model = MLP()
+    model.forward = ember.compile(model.forward)
+    x = torch.randn(2, 8)
+    model(x)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.fc2.bias.add_(1)
+        torch.testing.assert_close(twin(x), MLP.forward(twin, x))
+        torch.testing.assert_close(model(x), MLP.forward(model, x))
+
+
 def test_module_hooks_still_run():
     model = MLP()
     compiled = ember.compile(model)

@@ -56,9 +56,7 @@ def compile(
         raise ValueError(f"unknown mode {mode!r}; valid modes: {_MODES}")
     log = CompileLog()
     resolve_backend(backend, config, log)  # an unknown name fails here, not later
-    context = _Context(backend, fullgraph, config, log)
-
-    # How a copy of a compiled module (deepcopy, pickle) compiles its own module.
+    # How a copy (deepcopy, pickle) of what this call compiles compiles its own.
     again = functools.partial(
         compile,
         fullgraph=fullgraph,
@@ -67,6 +65,7 @@ def compile(
         mode=mode,
         options=options,
     )
+    context = _Context(backend, fullgraph, config, log, again)
 
     def wrap(target: Any) -> Any:
         if isinstance(target, (CompiledFunction, CompiledModule)):
@@ -89,8 +88,14 @@ class _Context:
     the resume functions after a graph break and the calls that broke."""
 
     def __init__(
-        self, backend: str | Backend, fullgraph: bool, config: Config, log: CompileLog
+        self,
+        backend: str | Backend,
+        fullgraph: bool,
+        config: Config,
+        log: CompileLog,
+        recompile: Callable[[Any], Any],
     ) -> None:
+        self.recompile = recompile
         self.backend = backend
         self.fullgraph = fullgraph
         self.config = config
@@ -125,7 +130,9 @@ class _Context:
             counters=counters,
         )
         _DISPATCHERS.add(dispatcher)
-        return CompiledFunction(fn, dispatcher, self.log, self.breaks, bound_self)
+        return CompiledFunction(
+            fn, dispatcher, self.log, self.breaks, bound_self, self.recompile
+        )
 
     def hook(self, target: Callable) -> Callable:
         """What runs in place of ``target`` after a graph break: compiled Python
@@ -141,7 +148,7 @@ class _Context:
         ):
             if target not in self._modules:
                 forward = self.compile_callable(target.forward)
-                self._modules[target] = CompiledModule(target, forward)
+                self._modules[target] = CompiledModule(target, forward, self.recompile)
             return self._modules[target]
         return target
 
@@ -154,7 +161,9 @@ class CompiledFunction:
     """A compiled function: calls go through its Dispatcher.
 
     Binds like a function when used as a method decorator. ``dispatcher`` holds the
-    entries and counters; ``log`` and ``breaks`` what compiling found.
+    entries and counters; ``log`` and ``breaks`` what compiling found. Like a
+    function, it is its own deep copy, and pickles by name; a compiled bound
+    method copies its object and compiles again (``recompile``).
     """
 
     def __init__(
@@ -164,8 +173,10 @@ class CompiledFunction:
         log: CompileLog,
         breaks: list[BreakReason],
         bound_self: object = None,
+        recompile: Callable[[Any], Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
+        self._recompile = recompile
         self.dispatcher = dispatcher
         self.log = log
         self.breaks = breaks
@@ -179,6 +190,16 @@ class CompiledFunction:
 
     def __get__(self, obj: object, objtype: type | None = None) -> Any:
         return self if obj is None else types.MethodType(self, obj)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self._self is None or self._recompile is None:
+            return self.__qualname__  # found again by name, as a function is
+        return (self._recompile, (self.original,))
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        if self._self is None or self._recompile is None:
+            return self
+        return self._recompile(copy.deepcopy(self.original, memo))
 
 
 def stats() -> dict[str, object]:
