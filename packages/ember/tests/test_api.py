@@ -1,5 +1,6 @@
 """The umbrella's public API: compile forms, backends, caching, explain, errors."""
 
+import inspect
 import json
 import warnings
 from pathlib import Path
@@ -307,6 +308,55 @@ def test_explain_counts_a_break_and_the_graphs_around_it():
         {"Tensor.sum": 1, "operator.gt": 1},
         {"operator.mul": 1},
     ]
+
+
+def prints_twice(x):
+    y = x * 2
+    print("first")
+    z = y + 1
+    print("second")
+    return z.sum()
+
+
+def test_a_break_met_again_by_a_recompile_is_counted_once():
+    compiled = ember.compile(prints_twice)
+    compiled(torch.randn(3))
+    compiled(torch.randn(4))  # new shapes: every frame compiles again
+    first = prints_twice.__code__.co_firstlineno
+    assert [b.location for b in compiled.breaks] == [
+        f"{__file__}:{first + 2}",
+        f"{__file__}:{first + 4}",
+    ]
+
+
+def reads_a_signature_after_a_break(x, obj):
+    y = x.sin()
+    n = len(inspect.signature(reads_a_signature_after_a_break).parameters)
+    return y * n * len(obj.items)
+
+
+class HoldsASet:
+    def __init__(self):
+        self.items = {1, 2}
+
+
+def test_warnings_name_the_users_file_line_and_variables():
+    compiled = ember.compile(reads_a_signature_after_a_break)
+    x = torch.randn(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(x, HoldsASet())
+    torch.testing.assert_close(out, reads_a_signature_after_a_break(x, HoldsASet()))
+    messages = [w for w in caught if "ember" in str(w.message)]
+    assert messages
+    line = reads_a_signature_after_a_break.__code__.co_firstlineno + 2
+    for w in messages:
+        text = str(w.message)
+        assert w.filename == __file__, w.filename  # the user's call, not ember's
+        assert f"{__file__}:{line}" in text, text
+        for internal in ("<ember", "L[", "___", "__resume", "__ember"):
+            assert internal not in text, text
+        assert "reads_a_signature_after_a_break (from line" in text
 
 
 def helper_that_prints(y):

@@ -19,6 +19,7 @@ from .guards import (
 )
 from .meta_memo import remember_meta_results
 from .result import CapturedGraph, CaptureResult
+from .resume import user_function_name
 from .source import (
     AttrSource,
     ClosureSource,
@@ -52,4 +53,5 @@ __all__ = [
     "module_has_no_hooks",
     "remember_meta_results",
     "route_calls",
+    "user_function_name",
 ]

@@ -168,7 +168,7 @@ class OutputGraph:
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             return UserObjectValue(value, source)
         raise self.error(
-            f"reading {source.name()} of type {type(value).__qualname__}",
+            f"reading {source.user_name()} of type {type(value).__qualname__}",
             "pass tensors or Python constants, or keep this object outside the "
             "compiled function",
         )
@@ -202,7 +202,7 @@ class OutputGraph:
             torch.nn.Parameter,
         ):
             raise self.error(
-                f"tensor input {source.name()} of kind {type(value).__name__} "
+                f"tensor input {source.user_name()} of kind {type(value).__name__} "
                 f"with layout {value.layout}",
                 "pass dense torch.Tensor inputs",
             )

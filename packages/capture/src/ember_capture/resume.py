@@ -71,6 +71,18 @@ def _original_name(name: str) -> str:
     return (match.group(1) if match else name).replace("<", "").replace(">", "")
 
 
+def user_function_name(code: types.CodeType) -> str:
+    """How messages name ``code``: its own qualified name, or for a resume
+    function, the user's function and the line it continues from."""
+    match = re.fullmatch(r"__resume_(.+)_at_(\d+)", code.co_name)
+    if match is None:
+        return code.co_qualname
+    return (
+        f"{_original_name(code.co_name)} (from line {match.group(2)}, "
+        "after a graph break)"
+    )
+
+
 def _fresh_names(code: types.CodeType, count: int) -> list[str]:
     """``count`` argument names for stack values, unused by ``code`` (a resume
     function's own stack arguments are locals of the next one)."""
@@ -155,6 +167,8 @@ def make_resume_code(
     # The arguments now live on the stack only: not locals a later break passes on.
     prologue += [Instr("DELETE_FAST", name) for name in stack_args]
     prologue.append(Instr("JUMP_FORWARD", label))
+    for instr in prologue:  # what the prologue reads, it reads at the break's line
+        instr.lineno = lineno
 
     resume = Bytecode(prologue + body)
     for attr in ("filename", "first_lineno", "flags", "cellvars", "freevars"):

@@ -7,12 +7,25 @@ and messages, and as a plain Python expression for the transformed code.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # The closure cell through which transformed code reads the function's globals.
 GLOBALS_CELL = "__ember_G"
 # The closure cell holding the function that turns a float into a graph input.
 FLOAT_TENSOR_CELL = "__ember_float_tensor"
+
+
+# ``L['x']``, ``G['x']``, ``C['x']`` in the guard form: the user wrote ``x``.
+_FRAME_NAME = re.compile(r"\b([LGC])\['([A-Za-z_]\w*)'\]")
+# What a resume function receives in place of the values on the stack at a break.
+_RESUME_ARG = re.compile(r"\b___(stack\d+|call_result)\b")
+
+
+def _describe_resume_arg(match: re.Match) -> str:
+    if match.group(1) == "call_result":
+        return "(the result of the call that broke the graph)"
+    return "(a value computed before the graph break)"
 
 
 class Source:
@@ -30,6 +43,12 @@ class Source:
         """What guard checks evaluate (over L, G, C): the guard form, except that
         nn.Module entries are read from the module's own tables, which is faster."""
         return self.name()
+
+    def user_name(self) -> str:
+        """The form for messages, in the user's own names: ``self.layers[0]``,
+        ``w``; a value a resume function received is named for what it is."""
+        text = _FRAME_NAME.sub(lambda m: m.group(2), self.name())
+        return _RESUME_ARG.sub(_describe_resume_arg, text)
 
     def __str__(self) -> str:
         return self.name()

@@ -74,8 +74,9 @@ def make_convert(
         except ember_capture.CaptureError as e:
             if fullgraph:
                 raise
-            breaks.append(BreakReason(e.reason, e.location))
-            warn_user(f"ember: {fn.__qualname__} runs eagerly: {e}")
+            _note_break(breaks, BreakReason(e.reason, e.location))
+            name = ember_capture.user_function_name(fn.__code__)
+            warn_user(f"ember: {name} runs eagerly: {e}")
             # From now on a call no compiled entry matches runs fn as Python
             # (it is not captured again, even for inputs capture could take),
             # but the user code it calls goes through the hook and is compiled
@@ -85,7 +86,7 @@ def make_convert(
             if fullgraph:
                 raise result.break_reason
             reason = result.break_reason
-            breaks.append(BreakReason(reason.reason, reason.location))
+            _note_break(breaks, BreakReason(reason.reason, reason.location))
         if meta_cache is not None:
             meta_cache.save(fn, result.meta_results)
         compiled = []
@@ -98,6 +99,13 @@ def make_convert(
         return GuardedEntry(guards.check, guards.failure, run)
 
     return convert
+
+
+def _note_break(breaks: list[BreakReason], reason: BreakReason) -> None:
+    """A break is one place in the user's code: a recompile that meets it again
+    does not count it again."""
+    if reason not in breaks:
+        breaks.append(reason)
 
 
 def _rng_devices() -> list[int]:

@@ -170,9 +170,17 @@ def user_stacklevel() -> int:
     """The ``stacklevel`` that attributes a warning to the first caller outside
     ember's packages (for warnings.warn called by this function's caller)."""
     frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("ember"):
+    while frame is not None and _in_ember(frame):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _in_ember(frame: types.FrameType) -> bool:
+    """ember's own modules, and the transformed functions it writes (they run in
+    the user's module but are ember's code: ``<ember transformed ...>``)."""
+    return frame.f_globals.get("__name__", "").startswith(
+        "ember"
+    ) or frame.f_code.co_filename.startswith("<ember")
 
 
 def _binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
