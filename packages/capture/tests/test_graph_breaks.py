@@ -314,8 +314,25 @@ def breaks_while_a_made_list_is_live(x, out):
     return x * len(lst)
 
 
+def augments_containers(x, out):
+    a = [1, 2]
+    alias = a
+    a += [3]
+    b = [1, 2, 3]
+    b[1:2] = (7, 8)
+    c = [1]
+    c *= 2
+    d = {"a": 1}
+    d |= {"b": 2}
+    d.update(c=3)
+    d["a"] += 5
+    out += [alias, b, c, d | {"e": 4}]
+    return x * 2
+
+
 @pytest.mark.parametrize(
-    "fn", [changes_made_containers, breaks_while_a_made_list_is_live]
+    "fn",
+    [changes_made_containers, breaks_while_a_made_list_is_live, augments_containers],
 )
 def test_in_place_changes_to_made_containers_reach_what_escapes(fn):
     x = torch.randn(3)

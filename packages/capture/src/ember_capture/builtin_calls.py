@@ -163,7 +163,8 @@ def _tuple(tx, obj: Value | None = None) -> Value:
 
 
 @handles(builtins.dict)
-def _dict(tx, obj: Value | None = None, **kwargs: Value) -> Value:
+def as_dict(tx, obj: Value | None = None, **kwargs: Value) -> DictValue:
+    """``dict(obj, **kwargs)``: a new DictValue from a dict or from pairs."""
     items: dict[object, Value] = {}
     if isinstance(obj, DictValue):
         items.update(obj.items)
@@ -422,7 +423,7 @@ def _dict_copy(tx, d: DictValue) -> Value:
 @handles_method((DictValue,), "update")
 def _dict_update(tx, d: DictValue, other: Value | None = None, **kwargs) -> Value:
     _note_change(tx, d)
-    d.items.update(_dict(tx, other, **kwargs).items)
+    d.items.update(as_dict(tx, other, **kwargs).items)
     return ConstValue(None)
 
 

@@ -431,6 +431,10 @@ def _call_object(tx, fn: Value, args, kwargs) -> Value:
         target in TENSOR_OPERATORS and _any_tensor(args, kwargs)
     ):
         return tx.output.call_tensor_op("call_function", target, tuple(args), kwargs)
+    # Before folding: a list of constants is still one object that ``+=`` changes.
+    mutable = any(isinstance(a, (ListValue, DictValue)) for a in args)
+    if target in _SEQUENCE_OPS and mutable and _is_sequence_op(args):
+        return _SEQUENCE_OPS[target](tx, *args)
     if target in _PURE_FUNCTIONS and _all_constant(args, kwargs):
         return fold(tx, target, args, kwargs)
     if target in _SEQUENCE_OPS and _is_sequence_op(args):
@@ -458,12 +462,56 @@ def _repeat(tx, a: Value, b: Value) -> Value:
     return ListValue(items) if isinstance(seq, ListValue) else TupleValue(tuple(items))
 
 
-# Operators that build a new list or tuple from list or tuple operands.
-_SEQUENCE_OPS = {operator.add: _concat, operator.mul: _repeat}
+def _changed_in_place(tx, container: Value) -> Value:
+    if container.source is not None:
+        tx.output.write_contents(container)
+    return container
+
+
+def _extend_in_place(tx, a: Value, b: Value) -> Value:
+    """``lst += items`` extends the list itself; ``tup += tup`` makes a new one."""
+    if not isinstance(a, ListValue):
+        return _concat(tx, a, b)
+    a.items.extend(iterate(tx, b))
+    return _changed_in_place(tx, a)
+
+
+def _repeat_in_place(tx, a: Value, b: Value) -> Value:
+    if not isinstance(a, ListValue):
+        return _repeat(tx, a, b)
+    a.items[:] = list(a.items) * constant(tx, b)
+    return _changed_in_place(tx, a)
+
+
+def _merge(tx, a: Value, b: Value) -> Value:
+    if not (isinstance(a, DictValue) and isinstance(b, DictValue)):
+        raise tx.unsupported(f"{describe_value(a)} | {describe_value(b)}")
+    return DictValue({**a.items, **b.items})
+
+
+def _merge_in_place(tx, a: Value, b: Value) -> Value:
+    if not isinstance(a, DictValue):
+        raise tx.unsupported(f"{describe_value(a)} |= {describe_value(b)}")
+    a.items.update(builtin_calls.as_dict(tx, b).items)
+    return _changed_in_place(tx, a)
+
+
+# Operators on lists, tuples and dicts: new containers, or (the augmented forms
+# on a list or dict) the same one changed in place, as Python does.
+_SEQUENCE_OPS = {
+    operator.add: _concat,
+    operator.mul: _repeat,
+    operator.iadd: _extend_in_place,
+    operator.imul: _repeat_in_place,
+    operator.or_: _merge,
+    operator.ior: _merge_in_place,
+}
 
 
 def _is_sequence_op(args) -> bool:
-    return len(args) == 2 and any(isinstance(a, (ListValue, TupleValue)) for a in args)
+    return len(args) == 2 and any(
+        isinstance(a, (ListValue, TupleValue, DictValue)) for a in args
+    )
 
 
 def fold(tx, target: Callable, args, kwargs) -> Value:
@@ -699,7 +747,9 @@ def set_item(tx: Interpreter, obj: Value, index: Value, value: Value) -> None:
         )
         return
     if isinstance(obj, ListValue):
-        obj.items[constant(tx, index)] = value
+        where = constant(tx, index)
+        # A slice takes the items of any iterable value: ``lst[1:2] = (a, b)``.
+        obj.items[where] = iterate(tx, value) if isinstance(where, slice) else value
     elif isinstance(obj, DictValue):
         obj.items[key(tx, index)] = value
     else:
