@@ -194,3 +194,24 @@ def test_remembered_results_need_no_meta_kernel_in_a_new_process():
         check=True,
     )
     assert out.stdout.split() == ["1", "False"]
+
+
+def test_entries_read_back_are_checked_before_they_are_replayed():
+    def f(x):
+        values, _ = x.transpose(0, 1)[1:].max(-1)
+        return torch.split(values.view(2, 2) + 1, 1)
+
+    entries = json.loads(json.dumps(capture(f, torch.randn(4, 5)).meta_results))
+    assert entries and meta_memo.check_meta_results(entries) is None
+    some_key = next(iter(entries))
+    malformed = {
+        "a list": [],
+        "no key": {"x": ["none"]},
+        "no tag": {some_key: []},
+        "a shape of text": {some_key: ["new", "4", [1], 0, "torch.float32", False]},
+        "an unknown dtype": {some_key: ["new", [4], [1], 0, "torch.float99", False]},
+        "no such input": {some_key: ["input", 7]},
+        "no such type": {some_key: ["seq", "os.system", []]},
+    }
+    for what, bad in malformed.items():
+        assert meta_memo.check_meta_results(bad) is not None, what

@@ -149,3 +149,17 @@ def test_environment_versions_name_what_an_artifact_depends_on():
     assert versions["ember-runtime"] == ember_runtime.__version__
     assert versions["no-such-distribution-xyz"] == "not installed"
     assert "cxx" in versions
+
+
+def test_an_entry_its_reader_rejects_is_discarded_with_a_warning(tmp_path):
+    store = ArtifactStore(tmp_path)
+    store.put(key("a"), b"another format")
+    with pytest.warns(UserWarning, match=r"damaged \(not a graph\); it was deleted"):
+        store.discard(key("a"), b"another format", "not a graph")
+    assert store.get(key("a")) is None
+    # A writer replaced the entry after the reader read it: the new one stays.
+    store.put(key("a"), b"new")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.discard(key("a"), b"another format", "not a graph")
+    assert store.get(key("a")) == b"new"

@@ -17,7 +17,7 @@ from .guards import (
     TensorSpec,
     module_has_no_hooks,
 )
-from .meta_memo import remember_meta_results
+from .meta_memo import check_meta_results, remember_meta_results
 from .result import CapturedGraph, CaptureResult
 from .resume import user_function_name
 from .source import (
@@ -49,6 +49,7 @@ __all__ = [
     "TensorSpec",
     "capture",
     "capture_frame",
+    "check_meta_results",
     "is_user_callable",
     "module_has_no_hooks",
     "remember_meta_results",

@@ -101,6 +101,59 @@ def remember_meta_results(entries: Mapping[str, list]) -> None:
     MEMO.update(entries)
 
 
+def check_meta_results(entries: object) -> str | None:
+    """Why ``entries`` (meta results read back from disk) are not what
+    ``CaptureResult.meta_results`` holds, or None: the check they pass before
+    ``remember_meta_results`` is given them. Replaying a malformed entry would
+    fail the capture of every function that reaches its op."""
+    if not isinstance(entries, dict):
+        return f"a {type(entries).__name__}, not an object of entries"
+    for text, spec in entries.items():
+        try:
+            _, metas, _ = json.loads(text)
+            inputs = len(metas)
+        except (ValueError, TypeError):
+            return f"{text[:40]!r} is not an op key"
+        if not _valid_spec(spec, inputs):
+            return f"the result for {text[:40]!r} is malformed"
+    return None
+
+
+def _valid_spec(spec: object, inputs: int) -> bool:
+    """Whether ``_rebuild`` can rebuild ``spec`` from ``inputs`` tensors."""
+    match spec:
+        case ["none"]:
+            return True
+        case ["const", value]:
+            return type(value) in _SCALARS
+        case ["input", index]:
+            return type(index) is int and 0 <= index < inputs
+        case ["view", index, *meta]:
+            return type(index) is int and 0 <= index < inputs and _valid_meta(meta)
+        case ["new", *meta]:
+            return _valid_meta(meta)
+        case ["seq", str() as name, list() as items]:
+            kind = name.removeprefix("torch.return_types.")
+            named = kind != name and hasattr(torch.return_types, kind)
+            valid = named or name in ("tuple", "list")
+            return valid and all(_valid_spec(s, inputs) for s in items)
+    return False
+
+
+def _valid_meta(meta: list) -> bool:
+    """Whether ``meta`` is what ``_tensor_meta`` gives."""
+    match meta:
+        case [list() as shape, list() as stride, offset, str() as dtype, bool()]:
+            sizes = (*shape, *stride, offset)
+            dtype_ = getattr(torch, dtype.removeprefix("torch."), None)
+            return (
+                len(shape) == len(stride)
+                and all(type(v) is int and v >= 0 for v in sizes)
+                and isinstance(dtype_, torch.dtype)
+            )
+    return False
+
+
 def key(kind: str, target: object, args: tuple, kwargs: dict):
     """``(key, input tensors, their metadata)`` for this op on these meta
     arguments, or None when its result may depend on more than the key holds."""

@@ -19,6 +19,7 @@ import torch.fx
 
 import ember_aotgrad
 import ember_codegen
+from ember_codegen.locations import graph_locations, replace_locations
 from ember_runtime import Counters
 
 from .cache import CachedGraph, EntryKind, GraphCache, Uncacheable, graph_key
@@ -178,11 +179,15 @@ class _CachedAotBackend:
             reason = str(e).split("\n\n")[0]
             message = f"ember: a captured graph runs as captured, with torch: {reason}"
             notes.append(_report(self.log, reason, message))
-            return gm, lambda: CachedGraph(EntryKind.AS_CAPTURED, tuple(notes))
+            return gm, lambda: CachedGraph(
+                EntryKind.AS_CAPTURED, tuple(notes), locations=graph_locations(gm)
+            )
 
         def entry() -> CachedGraph:
             payload = ember_aotgrad.save_compiled_aot(compiled, _save_compiled)
-            return CachedGraph(EntryKind.AOT, tuple(notes), payload)
+            return CachedGraph(
+                EntryKind.AOT, tuple(notes), payload, graph_locations(gm)
+            )
 
         return compiled, entry
 
@@ -194,7 +199,11 @@ class _CachedAotBackend:
         return "miss" if stored else "miss, not stored: larger than the size cap"
 
     def _load(self, key: str, gm: torch.fx.GraphModule) -> Callable | None:
+        """The entry's callable, rebuilt for ``gm``. Its sources and warnings
+        name ``gm``'s locations, not those it was stored with: the key leaves
+        them out (see ``cache.location_pattern``)."""
         loaded: list[ember_codegen.CompiledGraph] = []
+        moved: dict[str, str] = {}
 
         def load(data: bytes) -> Callable:
             kind, payload = data.split(b"\n", 1)
@@ -203,29 +212,26 @@ class _CachedAotBackend:
             if kind != b"codegen":
                 raise ValueError(f"unknown compiled-graph kind {kind!r}")
             compiled = ember_codegen.CompiledGraph.from_bytes(
-                payload, cache_dir=self.config.cache_dir / "kernels"
+                payload, cache_dir=self.config.cache_dir / "kernels", locations=moved
             )
             loaded.append(compiled)
             return compiled
 
-        try:
-            entry = self.cache.get(key)
-            if entry is None:
-                return None
+        def rebuild(entry: CachedGraph) -> Callable:
+            moved.update(entry.relocation(gm))
             if entry.kind is EntryKind.AS_CAPTURED:
-                result = gm
-            else:
-                result = ember_aotgrad.load_compiled_aot(entry.payload, gm, load)
-        except Exception as e:  # a stale or foreign entry: compile and replace it
-            warn_user(
-                f"ember: the cached graph {key[:16]} could not be loaded "
-                f"({type(e).__name__}: {e}); it will be compiled again"
-            )
+                return gm
+            return ember_aotgrad.load_compiled_aot(entry.payload, gm, load)
+
+        found = self.cache.load(key, rebuild)
+        if found is None:
             return None
+        entry, result = found
         for compiled in loaded:
             _log_compiled(self.log, compiled)
         for reason, message in entry.warnings:
-            _report(self.log, reason, message)
+            here = replace_locations(reason, moved), replace_locations(message, moved)
+            _report(self.log, *here)
         return result
 
 

@@ -2,13 +2,15 @@
 
 A key covers everything that decides what aotgrad and codegen make of a captured
 graph: its code and constants, the inputs' metadata and grad mode, the options, and
-the versions and sources of the software. Entries live in ember_runtime's
-ArtifactStore (atomic, locked, checksummed, size-capped). docs/runtime.md ("The
-umbrella's graph cache") gives the reasons.
+the versions and sources of the software, and which of its nodes share a source
+line, but not the lines themselves: a hit names where the code is now. Entries live
+in ember_runtime's ArtifactStore (atomic, locked, checksummed, size-capped).
+docs/runtime.md ("The umbrella's graph cache") gives the reasons.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import hashlib
@@ -17,7 +19,7 @@ import json
 import operator
 import struct
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import torch
 import torch.fx
 
 import ember_capture
+from ember_codegen.locations import graph_locations
 from ember_runtime import ArtifactStore, cache_key, environment_versions
 
 DISTRIBUTIONS = (
@@ -77,6 +80,22 @@ def graph_key(
         inputs=_inputs_text(example_inputs),
         options="\n".join(f"{k}={options[k]}" for k in sorted(options)),
         environment=environment_text(),
+        locations=location_pattern(gm),
+    )
+
+
+def location_pattern(gm: torch.fx.GraphModule) -> str:
+    """Which of ``gm``'s nodes share a user location: per node, its location's
+    index in ``graph_locations(gm)``, or ``-``.
+
+    The key holds this, not the locations: the same code moved to other lines or
+    files hits, and ``CachedGraph.relocation`` then maps the stored locations one
+    to one onto the current ones (code that now spreads one stored line over two
+    misses instead, as no rename could say which is which)."""
+    index = {loc: i for i, loc in enumerate(graph_locations(gm))}
+    return ",".join(
+        str(index[loc]) if (loc := node.meta.get("user_loc")) else "-"
+        for node in gm.graph.nodes
     )
 
 
@@ -196,15 +215,27 @@ class EntryKind(enum.Enum):
 
 @dataclass(frozen=True)
 class CachedGraph:
-    """One entry: what to rebuild, and the warnings compiling it gave, as
-    (reason for the CompileLog, message) pairs, so a hit reports them again."""
+    """One entry: what to rebuild, the warnings compiling it gave, as (reason for
+    the CompileLog, message) pairs, so a hit reports them again, and the user
+    locations of the captured graph it was compiled from (``graph_locations``),
+    which its sources and warnings name."""
 
     kind: EntryKind
     warnings: tuple[tuple[str, str], ...]
     payload: bytes = b""
+    locations: tuple[str, ...] = ()
+
+    def relocation(self, gm: torch.fx.GraphModule) -> dict[str, str]:
+        """Each stored location to where ``gm`` (the captured graph now being
+        served, whose key matched) has that code."""
+        return dict(zip(self.locations, graph_locations(gm), strict=True))
 
     def to_bytes(self) -> bytes:
-        header = {"kind": self.kind.value, "warnings": self.warnings}
+        header = {
+            "kind": self.kind.value,
+            "warnings": self.warnings,
+            "locations": self.locations,
+        }
         text = json.dumps(header).encode()
         return _LENGTH.pack(len(text)) + text + self.payload
 
@@ -217,7 +248,8 @@ class CachedGraph:
         end = _LENGTH.size + length
         header = json.loads(data[_LENGTH.size : end])
         warnings = tuple((reason, message) for reason, message in header["warnings"])
-        return cls(EntryKind(header["kind"]), warnings, data[end:])
+        locations = tuple(str(loc) for loc in header["locations"])
+        return cls(EntryKind(header["kind"]), warnings, data[end:], locations)
 
 
 _LENGTH = struct.Struct("<I")
@@ -229,11 +261,28 @@ class GraphCache:
     def __init__(self, root: Path) -> None:
         self.store = ArtifactStore(root)
 
-    def get(self, key: str) -> CachedGraph | None:
-        """The entry, or None when absent. A damaged file is deleted with a
-        warning by the store; bytes that decode badly raise ValueError."""
-        data = self.store.get(key)
-        return None if data is None else CachedGraph.from_bytes(data)
+    def load(
+        self, key: str, rebuild: Callable[[CachedGraph], object]
+    ) -> tuple[CachedGraph, object] | None:
+        """The entry under ``key`` and ``rebuild(entry)``, or None when there is
+        none. The one place a graph entry is checked: the store deletes a file
+        that fails its checksum, with a warning; an entry that does not decode
+        or rebuild (another format, kernels that no longer build) is deleted
+        here, with the same warning. The caller then compiles and stores anew."""
+        try:
+            data = self.store.get(key)
+        except OSError:  # an unreadable folder: compile, as for a miss
+            return None
+        if data is None:
+            return None
+        try:
+            entry = CachedGraph.from_bytes(data)
+            return entry, rebuild(entry)
+        except Exception as e:
+            why = f"it could not be loaded: {type(e).__name__}: {e}"
+        with contextlib.suppress(OSError):  # a read-only folder keeps it
+            self.store.discard(key, data, why)
+        return None
 
     def put(self, key: str, entry: CachedGraph) -> bool:
         """Stores ``entry``; False when it is larger than the store's size cap."""
@@ -277,6 +326,10 @@ class MetaResultsCache:
         known.update(merged)
 
     def _read(self, key: str) -> dict[str, list]:
+        """The stored entries, {} when there are none. The one place they are
+        checked: the store deletes a file that fails its checksum, and entries
+        that are not meta results (``check_meta_results``) are deleted here,
+        both with a warning, rather than fail every capture that replays them."""
         try:
             data = self.store.get(key)
         except OSError:
@@ -285,9 +338,15 @@ class MetaResultsCache:
             return {}
         try:
             entries = json.loads(data)
-        except ValueError:
-            return {}
-        return entries if isinstance(entries, dict) else {}
+        except ValueError as e:
+            problem = f"not JSON: {e}"
+        else:
+            problem = ember_capture.check_meta_results(entries)
+            if problem is None:
+                return entries
+        with contextlib.suppress(OSError):  # a read-only folder keeps it
+            self.store.discard(key, data, problem)
+        return {}
 
     @staticmethod
     def _key(fn: types.FunctionType) -> str:

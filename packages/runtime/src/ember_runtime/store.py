@@ -77,16 +77,23 @@ class ArtifactStore:
                 payload = _read(path)
                 if isinstance(payload, str):
                     path.unlink(missing_ok=True)
-                    warnings.warn(
-                        f"ember: the cache entry {path} is damaged ({payload}); it "
-                        f"was deleted and will be compiled again",
-                        stacklevel=user_stacklevel(),
-                    )
+                    _warn_damaged(path, payload)
                     return None
             if payload is None:
                 return None
         _touch(path)
         return payload
+
+    def discard(self, key: str, payload: bytes, why: str) -> None:
+        """Delete the entry under ``key`` with the damaged-entry warning, for a
+        caller whose own check of ``payload`` (what ``get`` returned) failed.
+        An entry that a writer has replaced since is kept."""
+        path = self.path(key)
+        with self._locked():
+            if _read(path) != payload:
+                return
+            path.unlink(missing_ok=True)
+        _warn_damaged(path, why)
 
     def put(self, key: str, data: bytes) -> bool:
         """Store ``data`` under ``key`` (replacing any entry), then evict down to
@@ -227,6 +234,14 @@ def _read(path: Path) -> bytes | str | None:
     if hashlib.sha256(payload).digest() != digest:
         return "checksum mismatch"
     return payload
+
+
+def _warn_damaged(path: Path, why: str) -> None:
+    warnings.warn(
+        f"ember: the cache entry {path} is damaged ({why}); it was deleted and "
+        f"will be compiled again",
+        stacklevel=user_stacklevel(),
+    )
 
 
 def _touch(path: Path) -> None:
