@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import builtin_calls
+from . import autocast, builtin_calls
 from .guards import Guard, GuardKind, module_has_no_hooks
 from .source import (
     AttrSource,
@@ -30,6 +30,7 @@ from .source import (
     Source,
 )
 from .variables import (
+    AutocastExitValue,
     BoundFunctionValue,
     ConstValue,
     ContextExitValue,
@@ -116,6 +117,13 @@ _TORCH_SIDE_EFFECTS = frozenset(
         "save",
         "load",
         "compile",
+        # autocast switches: a with-block over torch.autocast is captured instead
+        "set_autocast_enabled",
+        "set_autocast_dtype",
+        "set_autocast_cache_enabled",
+        "autocast_increment_nesting",
+        "autocast_decrement_nesting",
+        "clear_autocast_cache",
     }
 )
 # torch functions answered from metadata or guarded global state.
@@ -365,6 +373,9 @@ def call(tx: Interpreter, fn: Value, args: list[Value], kwargs: dict[str, Value]
         return _call_module(tx, fn, args, kwargs)
     if isinstance(fn, ContextExitValue):
         set_grad_mode(tx, fn.restore)
+        return ConstValue(None)
+    if isinstance(fn, AutocastExitValue):
+        autocast.exit_block(tx, fn)
         return ConstValue(None)
     if isinstance(fn, (ObjectValue, ConstValue)):
         return _call_object(tx, fn, args, kwargs)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import graph_break
+from . import autocast, graph_break
 from .bytecode_interp import Interpreter
 from .call_routing import unrouted
 from .emit import Emitter
@@ -65,7 +65,27 @@ def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> Captur
             fn.__code__.co_firstlineno,
             "compile the function that consumes it",
         )
+    to_python: frozenset[int] = frozenset()
+    while True:
+        try:
+            return _capture_frame(fn, f_locals, to_python)
+        except _LeaveBlocksToPython as restart:
+            to_python |= restart.offsets
+
+
+class _LeaveBlocksToPython(Exception):
+    """A graph break inside autocast blocks: capture again with their
+    with-statements left to Python (the blocks then resume on their own)."""
+
+    def __init__(self, offsets: frozenset[int]) -> None:
+        self.offsets = offsets
+
+
+def _capture_frame(
+    fn: types.FunctionType, f_locals: dict[str, object], to_python: frozenset[int]
+) -> CaptureResult:
     output = OutputGraph()
+    output.autocast_to_python = to_python
     tx = Interpreter(
         fn.__code__,
         output,
@@ -75,12 +95,17 @@ def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> Captur
         closure_source=ClosureSource,
         frame_values=f_locals,
     )
-    # Capture follows the function's own grad-mode changes; restore them after.
+    # Capture follows the function's own grad-mode and autocast changes; it
+    # restores them after.
     try:
-        with torch.set_grad_enabled(torch.is_grad_enabled()):
+        with torch.set_grad_enabled(torch.is_grad_enabled()), autocast.restored():
             returned = tx.run()
             grad_at_return = torch.is_grad_enabled()
     except CaptureError as error:
+        if error.break_point is not None:
+            blocks = autocast.open_blocks(error.break_point.stack)
+            if blocks:
+                raise _LeaveBlocksToPython(blocks) from error
         result = graph_break.finish_at_break(fn, output, f_locals, error)
         if result is None:
             raise

@@ -11,12 +11,13 @@ import types
 import torch
 import torch.fx
 
-from . import meta_memo, transform
+from . import autocast, meta_memo, transform
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
 from .side_effects import AttrWrite, GlobalWrite, SideEffect
 from .source import FLOAT_TENSOR_CELL, GLOBALS_CELL, FloatTensorSource, Source
 from .variables import (
+    AutocastValue,
     BoundFunctionValue,
     ConstValue,
     DataclassValue,
@@ -68,6 +69,9 @@ class Emitter:
             if leaf.node.op != "placeholder" and leaf.node not in self._outputs:
                 self._outputs[leaf.node] = len(self._outputs)
         graph = self.output.graph
+        autocast.enclose(
+            graph, self.output.initial_autocast, torch.is_autocast_cache_enabled()
+        )
         graph.output(tuple(self._outputs))
         name = re.sub(r"\W", "_", f"{self.fn.__name__}_graph")
         gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=name)
@@ -152,6 +156,10 @@ class Emitter:
             return self._read(v.source)
         if isinstance(v, (ConstValue, ObjectValue, ModuleValue)):
             return self.constant(v.value)
+        if isinstance(v, AutocastValue):
+            if v.source is not None:
+                return self._read(v.source)
+            return autocast.build_code(v, self.constant)
         raise TypeError(f"a {type(v).__name__} has no value outside capture")
 
     def _built(self, container: ListValue | DictValue) -> str:

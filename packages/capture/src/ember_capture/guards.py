@@ -52,6 +52,11 @@ class TensorSpec:
         )
 
 
+# The device types whose autocast capture follows and guards.
+AUTOCAST_DEVICES = ("cpu", "cuda")
+AutocastState = tuple[tuple[str, torch.dtype], ...] | None
+
+
 class GlobalState(NamedTuple):
     """torch's global switches that change what a graph computes.
 
@@ -60,8 +65,7 @@ class GlobalState(NamedTuple):
     grad_enabled: bool
     default_dtype: torch.dtype
     deterministic: bool
-    autocast_cpu: bool
-    autocast_cuda: bool
+    autocast: AutocastState  # (device type, dtype) per enabled device type
     inference_mode: bool
     dispatch_modes: int  # __torch_dispatch__ modes active (torch code branches on it)
 
@@ -71,8 +75,7 @@ class GlobalState(NamedTuple):
             _is_grad_enabled(),
             _get_default_dtype(),
             _deterministic(),
-            _autocast("cpu"),
-            _autocast("cuda"),
+            _autocast(),
             _inference_mode(),
             _dispatch_modes(),
         )
@@ -81,9 +84,21 @@ class GlobalState(NamedTuple):
 _is_grad_enabled = torch.is_grad_enabled
 _get_default_dtype = torch.get_default_dtype
 _deterministic = torch.are_deterministic_algorithms_enabled
-_autocast = torch.is_autocast_enabled
 _inference_mode = torch.is_inference_mode_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _autocast() -> AutocastState:
+    """``(device type, dtype)`` per device type with autocast on, or None when
+    none is (one cheap call: the state is read on every guarded call)."""
+    if not _any_autocast():
+        return None
+    return tuple(
+        (d, torch.get_autocast_dtype(d))
+        for d in AUTOCAST_DEVICES
+        if torch.is_autocast_enabled(d)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +129,7 @@ class Guard:
                 return (
                     f"torch.is_grad_enabled() == {s.grad_enabled}, default dtype "
                     f"{s.default_dtype}, deterministic == {s.deterministic}, "
-                    f"autocast cpu/cuda == {s.autocast_cpu}/{s.autocast_cuda}, "
+                    f"autocast == {s.autocast}, "
                     f"inference mode == {s.inference_mode}, dispatch modes == "
                     f"{s.dispatch_modes}"
                 )

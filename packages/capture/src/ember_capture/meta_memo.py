@@ -179,7 +179,7 @@ def key(kind: str, target: object, args: tuple, kwargs: dict):
 
 def _global_state() -> list:
     state = GlobalState.current()
-    return [str(v) if isinstance(v, torch.dtype) else v for v in state]
+    return [v if type(v) in (bool, int) else str(v) for v in state]
 
 
 _NAMES: dict[object, str | None] = {}

@@ -12,9 +12,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import builtin_calls, calls
+from . import autocast, builtin_calls, calls
 from .variables import (
     NULL,
+    AutocastValue,
     Cell,
     ConstValue,
     DictValue,
@@ -538,11 +539,20 @@ def _call_function_ex(tx, inst):
 @opcode("BEFORE_WITH")
 def _before_with(tx, inst):
     ctx = tx.pop()
+    if isinstance(ctx, AutocastValue):
+        if tx.depth == 0 and inst.offset in tx.output.autocast_to_python:
+            raise tx.unsupported(
+                "an autocast block with a graph break inside",
+                "its with-statement runs as Python; the block is captured on its own",
+            )
+        tx.push(autocast.enter(tx, ctx, inst.offset))
+        tx.push(ctx)  # autocast's __enter__ returns the autocast object
+        return
     if not isinstance(ctx, GradModeValue):
         raise tx.unsupported(
             f"a with-block over a {calls.describe_value(ctx)}",
-            "ember captures with-blocks over torch.no_grad, torch.enable_grad and "
-            "torch.set_grad_enabled",
+            "ember captures with-blocks over torch.no_grad, torch.enable_grad, "
+            "torch.set_grad_enabled and torch.autocast",
         )
     tx.push(calls.enter_grad_mode(tx, ctx))
     tx.push(ConstValue(None))  # what __enter__ returns for these managers

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import collections
 import functools
+import json
 import operator
 import os
 import re
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import meta_memo
+from . import autocast, meta_memo
 from .errors import CaptureError
 from .grad_mode import GradModeExit
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
@@ -92,6 +93,9 @@ class OutputGraph:
         state = GlobalState.current()
         self.guards = GuardSet([Guard(GuardKind.GLOBAL_STATE, None, state)])
         self.initial_grad_enabled = state.grad_enabled
+        self.initial_autocast = state.autocast
+        # With-statements (BEFORE_WITH offsets) whose autocast block runs as Python.
+        self.autocast_to_python: frozenset[int] = frozenset()
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
         self._inputs_by_source: dict[Source, TensorValue] = {}
@@ -147,6 +151,9 @@ class OutputGraph:
             wrapped = DictValue(items, source)
             self._containers[id(value)] = (value, wrapped)
             return wrapped
+        if isinstance(value, torch.amp.autocast):  # a @torch.autocast decorator's
+            self.guards.add(Guard(GuardKind.ID_MATCH, source, value))
+            return autocast.value_of(value, source)
         if isinstance(value, GradModeExit):  # a resume function inside a with-block
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, GradModeExit))
             restore = AttrSource(source, "restore")
@@ -275,8 +282,9 @@ class OutputGraph:
             meta_args, meta_kwargs = _plain((args, kwargs), _meta_of)
         except TypeError as e:
             raise self.error(f"{_op_name(kind, target)}: {e}") from e
+        devices = {id(t.meta): t.device for t in tensor_leaves((args, kwargs))}
         try:
-            result = self._run_on_meta(kind, target, meta_args, meta_kwargs)
+            result = self._run_on_meta(kind, target, meta_args, meta_kwargs, devices)
         except Exception as e:
             raise self.error(
                 f"{_op_name(kind, target)} on these inputs ({type(e).__name__}: "
@@ -292,21 +300,27 @@ class OutputGraph:
         node.meta["user_loc"] = f"{filename}:{lineno}"
         return self._unpack_result(node, result, device, kind, target)
 
-    def _run_on_meta(self, kind, target, meta_args, meta_kwargs) -> object:
+    def _run_on_meta(self, kind, target, meta_args, meta_kwargs, devices) -> object:
         """The op's example output: replayed from the memo when it has an entry
-        for these inputs' metadata, else computed by the meta kernel and memoized."""
+        for these inputs' metadata, else computed by the meta kernel and memoized.
+        Under autocast the dtypes are those eager's autocast gives (``devices``:
+        each input meta tensor's real device, by id)."""
         memo_key = meta_memo.key(kind, target, meta_args, meta_kwargs)
         if memo_key is not None:
             text, inputs, before = memo_key
+            if autocast.on():  # autocast casts by the inputs' real device type
+                text += json.dumps(sorted({d.type for d in devices.values()}))
             self.meta_keys.add(text)
             result = meta_memo.MEMO.replay(text, inputs)
             if result is not meta_memo.MISS:
                 return result
         if kind == "call_method":
-            self_meta, *rest = meta_args
-            result = getattr(self_meta, target)(*rest, **meta_kwargs)
+
+            def run(receiver, *rest, **kw):
+                return getattr(receiver, target)(*rest, **kw)
         else:
-            result = target(*meta_args, **meta_kwargs)
+            run = target
+        result = autocast.call(run, meta_args, meta_kwargs, devices)
         if memo_key is not None:
             meta_memo.MEMO.record(text, inputs, before, result)
         return result

@@ -243,6 +243,29 @@ class ContextExitValue(Value):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class AutocastValue(Value):
+    """torch.autocast(...) (or torch.amp's, torch.cpu.amp's, torch.cuda.amp's): a
+    context manager, with the settings the real object resolved."""
+
+    device_type: str
+    dtype: torch.dtype
+    enabled: bool
+    cache_enabled: bool
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AutocastExitValue(Value):
+    """The ``__exit__`` BEFORE_WITH leaves on the stack for an autocast block."""
+
+    mode: torch.fx.Node  # the block's torch.amp._enter_autocast node
+    device_type: str
+    restore: tuple[bool, torch.dtype]  # enabled and dtype before the block
+    offset: int  # the with-statement's BEFORE_WITH, for a break inside the block
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class SuperValue(Value):
     """``super()`` inside a method: attribute lookup starts after ``cls``."""
 
