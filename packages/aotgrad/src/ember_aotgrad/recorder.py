@@ -16,6 +16,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import autocast
 from .errors import AotGradError
 from .functionalize import (
     IDENTITY_VIEWS,
@@ -58,6 +59,8 @@ class AtenRecorder(TorchDispatchMode):
         self.mutation_rules = mutation_rules
         self.device = device
         self.on_meta = on_meta
+        # Set when the graph has autocast regions: traced meta tensors report it.
+        self.on_device: torch.device | None = None
         self.constants: dict[str, torch.Tensor] = {}
         self.user_loc: str | None = None
         self.refs: dict[int, Ref] = {}
@@ -116,7 +119,14 @@ class AtenRecorder(TorchDispatchMode):
     # -- dispatch ------------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        # Autocast casts the op the user called, not the ops of its decomposition
+        # or functional twin that this method dispatches again.
+        if autocast.any_enabled():
+            with torch._C._DisableAutocast():
+                return self._dispatch(func, args, kwargs or {})
+        return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func, args, kwargs):
         if func in self.mutation_rules:
             with self:
                 return self.mutation_rules[func](*args, **kwargs)
@@ -221,7 +231,7 @@ class AtenRecorder(TorchDispatchMode):
             if _is_factory(func, args) and "device" not in kwargs:
                 kwargs = {**kwargs, "device": torch.device("meta")}
         try:
-            return func(*args, **kwargs)
+            return autocast.lift(func(*args, **kwargs), self.on_device)
         except NotImplementedError as e:
             if self.on_meta:
                 raise NeedsRealTensors(str(func)) from e
@@ -263,11 +273,13 @@ class AtenRecorder(TorchDispatchMode):
         """A real tensor made outside the trace (``torch.tensor(...)``): a constant."""
         if not isinstance(value, torch.Tensor) or id(value) in self.refs:
             return value
-        if value.device.type == "meta":
+        if value.device.type == "meta" or isinstance(value, autocast.OnDevice):
             return value  # ref_of names it when recorded
         name = f"_tensor_constant{len(self.constants)}"
         self.constants[name] = value
-        traced = _meta_like(value) if self.on_meta else value
+        traced = value
+        if self.on_meta:
+            traced = autocast.lift(_meta_like(value), self.on_device)
         self.track(traced, self.graph.get_attr(name))
         return traced
 
@@ -287,7 +299,7 @@ def _snapshot(value: object) -> object:
     """A value for ``node.meta['val']`` that later in-place view ops cannot change."""
     if isinstance(value, torch.Tensor):
         with torch.utils._python_dispatch._disable_current_modes():
-            return value.detach()
+            return autocast.lower(value).detach()
     return value
 
 
@@ -303,11 +315,24 @@ class LocatingInterpreter(torch.fx.Interpreter):
         super().__init__(gm)
         self.recorder = recorder
 
+    def run(self, *args: object, **kwargs: object) -> Any:
+        self.autocast_modes: list = []  # regions entered and not yet left
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            for mode in reversed(self.autocast_modes):  # after a failure
+                mode.__exit__(None, None, None)
+
     def run_node(self, n: torch.fx.Node) -> Any:
         self.recorder.user_loc = n.meta.get("user_loc")
         _refuse_custom_function(n)
         try:
-            return super().run_node(n)
+            result = super().run_node(n)
+            if n.target is autocast.ENTER:
+                self.autocast_modes.append(result)
+            elif n.target is autocast.EXIT:
+                self.autocast_modes.pop()
+            return result
         except (AotGradError, NeedsRealTensors):
             raise
         except Exception as e:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
+from . import autocast
 from .errors import AotGradError
 from .partition import Partition
 from .trace import (
@@ -99,7 +100,8 @@ class AotFunction(torch.autograd.Function):
             )
         plan: BackwardPlan = ctx.plan
         tangents = [grad_outputs[k].contiguous() for k in plan.tangent_outputs]
-        grads = plan.run([*ctx.saved_tensors, *tangents])
+        with autocast.off_if_on():  # the backward's dtypes were traced too
+            grads = plan.run([*ctx.saved_tensors, *tangents])
         per_input: list[torch.Tensor | None] = [None] * plan.num_inputs
         for i, g in zip(plan.grad_inputs, grads):
             per_input[i] = g
@@ -124,6 +126,14 @@ class CompiledAot:
     partition: Partition | None = None  # for inspection: what the forward saves
 
     def __call__(self, *inputs):
+        # The traced graphs hold autocast's casts as ops; the caller's autocast
+        # must not cast their ops again (the eager graph has its own regions).
+        if autocast.any_enabled():
+            with torch._C._DisableAutocast():
+                return self._run(inputs)
+        return self._run(inputs)
+
+    def _run(self, inputs: tuple) -> tuple:
         if self._must_run_eagerly(inputs):
             out = self.eager(*inputs)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)

@@ -16,6 +16,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from . import autocast
 from .decompositions import default_decompositions
 from .errors import AotGradError
 from .functionalize import MUTATION_RULES, ViewStep
@@ -119,13 +120,21 @@ def trace_device(example_inputs: Sequence[object]) -> torch.device:
 def _trace(gm, example_inputs, decompositions, joint, standalone, on_meta):
     device = trace_device(example_inputs)
     rec = AtenRecorder(decompositions, MUTATION_RULES, device, on_meta)
+    regions = autocast.has_regions(gm)
+    if regions and on_meta:
+        rec.on_device = device
     values = []
     for i, value in enumerate(example_inputs):
         node = rec.graph.placeholder(f"arg{i}")
         if isinstance(value, torch.Tensor):
-            value = _traced_input(value, on_meta, joint)
+            value = autocast.lift(_traced_input(value, on_meta, joint), rec.on_device)
             rec.track(value, node, input_index=i)
         values.append(value)
+    with autocast.no_autocast(regions):
+        return _trace_values(gm, rec, values, joint, standalone)
+
+
+def _trace_values(gm, rec, values, joint, standalone):
     with torch.enable_grad() if joint else torch.no_grad(), rec:
         outputs = LocatingInterpreter(gm, rec).run(*values)
     flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
@@ -228,6 +237,7 @@ def _record_backward(rec, flat, graph_outputs, tangent_outputs, values, grad_inp
         )
         if not rec.on_meta:
             tangent.fill_(1.0)
+        tangent = autocast.lift(tangent, rec.on_device)
         with rec.graph.inserting_before(first_call):
             rec.track(tangent, rec.graph.placeholder(f"tangent{k}"))
         outs.append(by_node[node])
