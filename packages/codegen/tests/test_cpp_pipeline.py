@@ -209,7 +209,7 @@ def test_unsupported_dtype_falls_back_per_node(cpp):
     def fn(h, x):
         return (aten.add.Tensor(h, h), aten.mul.Tensor(x, 2))
 
-    h, x = torch.randn(4, dtype=torch.float16), torch.randn(4)
+    h, x = torch.randn(4, dtype=torch.complex64), torch.randn(4)
     compiled = cpp(fn, h, x)
     check(compiled, fn, h, x)
     assert compiled.fallback_ops == ("aten.add.Tensor",)

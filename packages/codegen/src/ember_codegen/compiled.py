@@ -28,6 +28,7 @@ from .wrapper import WRAPPER_GLOBALS
 log = logging.getLogger("ember.output_code")
 
 FORMAT_VERSION = 4
+_any_autocast = torch._C._is_any_autocast_enabled
 
 
 def _exec(source: str, namespace: dict, kind: str) -> Callable:
@@ -100,6 +101,12 @@ class CompiledGraph:
         return [k for k in self.kernels if k.kind == "extern"]
 
     def __call__(self, *inputs: object) -> tuple:
+        # The graph's dtypes are explicit (autocast's casts are ops in it): the
+        # caller's autocast must not change what an op through torch returns,
+        # or a kernel would read that buffer in the wrong dtype.
+        if _any_autocast():
+            with torch._C._DisableAutocast():
+                return self._call(*inputs)
         return self._call(*inputs)
 
     def to_bytes(self) -> bytes:

@@ -23,11 +23,14 @@ from .cpp_expr import (
     numel,
     offset,
     open_loops,
+    store_code,
+    value_type,
 )
 from .cpp_reduce import column_reductions, next_rows, reductions
 from .indexing import Index, render, substitute, var
 from .ir import (
     C_TYPES,
+    HALF_TYPES,
     Call,
     Expr,
     IndexValue,
@@ -190,6 +193,7 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
                 not isinstance(stage, Pointwise)
                 or stage.name not in kernel.stored
                 or tuple(stage.sizes[n_outer:]) != red.reduce_sizes
+                or stage.dtype in HALF_TYPES  # its buffer would round the value
             ):
                 continue
             for value in _costly(red.expr):
@@ -277,6 +281,8 @@ def _store_loop(
     lines += body.lines
     idx = tuple(ivar(d) for d in range(len(sizes)))
     at = render(offset(idx, scope.strides[name]))
+    if expr.dtype in HALF_TYPES:
+        value = store_code(expr.dtype, value)
     lines.append(f"{body_indent}{name}[{at}] = {value};")
     close_loops(len(inner), body_indent, lines)
     return lines
@@ -298,7 +304,7 @@ def _scan(stage: Scan, scope: Scope, indent: str, parallel: bool) -> list[str]:
         indent += "  "
     acc = f"{stage.name}_acc"
     lines.append(
-        f"{indent}{C_TYPES[stage.acc_dtype]} {acc} = "
+        f"{indent}{value_type(stage.acc_dtype)} {acc} = "
         f"{identity(stage.kind, stage.acc_dtype)};"
     )
     lines.append(
@@ -311,9 +317,7 @@ def _scan(stage: Scan, scope: Scope, indent: str, parallel: bool) -> list[str]:
     at = render(
         offset(tuple(ivar(d) for d in range(len(sizes))), scope.strides[stage.name])
     )
-    lines.append(
-        f"{indent}  {stage.name}[{at}] = static_cast<{C_TYPES[stage.dtype]}>({acc});"
-    )
+    lines.append(f"{indent}  {stage.name}[{at}] = {store_code(stage.dtype, acc)};")
     lines.append(f"{indent}}}")
     close_loops(len(others), indent, lines)
     return lines
@@ -325,7 +329,7 @@ def _scatter(stage: Scatter, scope: Scope, indent: str, parallel: bool) -> list[
     overwrite) exactly as torch's serial loop does. When a source dim alone
     indexes an output dim, that dim is split across threads: each output
     element still gets its updates from one thread, in the same order."""
-    name, t = stage.name, C_TYPES[stage.dtype]
+    name, t = stage.name, value_type(stage.dtype)
     kind = f"scatter_{stage.kind.value}" if stage.kind else "scatter"
     lines = [f"{indent}{{  // {name} = {kind} of {describe_origin(stage.origin)}"]
     inner = indent + "  "

@@ -23,9 +23,11 @@ from .cpp_expr import (
     numel,
     offset,
     open_loops,
+    store_code,
+    value_type,
 )
 from .indexing import Div, Index, Mod, Var, indirect_terms, render, substitute, var
-from .ir import C_TYPES, Load, Pointwise, Reduction, describe_origin, loads
+from .ir import HALF_TYPES, Load, Pointwise, Reduction, describe_origin, loads
 from .lowering import contiguous
 from .scheduler import Kernel
 
@@ -67,16 +69,17 @@ def reductions(
         lines += _reduce_loops(group, scope, indent, lanes, prefetch=prefetch)
         lines += _tree_combine(group, indent, lanes)
     for red in group:
-        local, t = f"{red.name}_val", C_TYPES[red.dtype]
+        local, t = f"{red.name}_val", value_type(red.dtype)
         # argmax and argmin return the position, not the value.
         result = _slot(red, f"{red.name}_acc", "0")[1 if red.kind in ARG_KINDS else 0]
         lines.append(f"{indent}const {t} {local} = static_cast<{t}>({result});")
         scope.locals_[red.name] = local
         if red.name in kernel.stored:
             idx = tuple(ivar(d) for d in range(len(red.sizes)))
+            value = store_code(red.dtype, local) if red.dtype in HALF_TYPES else local
             lines.append(
                 f"{indent}{red.name}[{render(offset(idx, scope.strides[red.name]))}]"
-                f" = {local};"
+                f" = {value};"
             )
     return lines
 
@@ -123,7 +126,7 @@ def _declare_acc(group: list[Reduction], indent: str, lanes: int) -> list[str]:
 def _declare(red: Reduction, array: str, size: int | str, indent: str) -> list[str]:
     """Declarations of ``size`` accumulator slots named ``array`` (and their
     positions, for argmax and argmin)."""
-    lines = [f"{indent}{C_TYPES[red.acc_dtype]} {array}[{size}];"]
+    lines = [f"{indent}{value_type(red.acc_dtype)} {array}[{size}];"]
     if red.kind in ARG_KINDS:
         lines.append(f"{indent}int64_t {array}_pos[{size}];")
     return lines
@@ -408,9 +411,7 @@ def column_reductions(
                 1 if red.kind in ARG_KINDS else 0
             ]
             at = render(offset(idx, scope.strides[red.name]))
-            out.append(
-                f"{ind}{red.name}[{at}] = static_cast<{C_TYPES[red.dtype]}>({value});"
-            )
+            out.append(f"{ind}{red.name}[{at}] = {store_code(red.dtype, value)};")
         return out
 
     lines += _lane_loop(group, body, n, store)

@@ -18,14 +18,21 @@ import torch
 
 from .indexing import Index, indirect_terms, render
 
-# The dtypes the C++ backend computes in; anything else runs through torch.
+# The dtypes the C++ backend handles, by the C type of a buffer element; any
+# other dtype runs through torch.
 C_TYPES: dict[torch.dtype, str] = {
     torch.float32: "float",
     torch.float64: "double",
     torch.int64: "int64_t",
     torch.int32: "int32_t",
     torch.bool: "bool",
+    torch.bfloat16: "ember_bf16",
+    torch.float16: "ember_f16",
 }
+# 16-bit floats: buffers hold their bits, values are computed in float32 (as
+# torch's CPU kernels compute them), rounded to the dtype when stored and when
+# converted (docs/codegen.md, "Half precision").
+HALF_TYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import math
 import torch
 
 from .indexing import ZERO, Index
-from .ir import Call, Const, Expr, IndexValue
+from .ir import HALF_TYPES, Call, Const, Expr, IndexValue
 from .lowering import TV, Lowerer, Unsupported, cast, constant, register
 
 aten = torch.ops.aten
@@ -380,15 +380,24 @@ _COMPARE = {
 
 def _compare(op: str):
     def rule(lo: Lowerer, a, b):
+        compute = _promoted(a, b)
         return elementwise(
             lo,
             lambda x, y: call(op, x, y, dtype=torch.bool),
-            a,
-            b,
-            compute=_promoted(a, b),
+            _rounded(a, compute),
+            _rounded(b, compute),
+            compute=compute,
         )
 
     return rule
+
+
+def _rounded(value: object, dtype: torch.dtype) -> object:
+    """A Python number as torch compares it with a 16-bit float tensor: rounded
+    to that dtype (arithmetic keeps it a float instead, see ``literal``)."""
+    if dtype in HALF_TYPES and type(value) in (int, float):
+        return torch.tensor(value, dtype=dtype).item()
+    return value
 
 
 for _name, _ops in _COMPARE.items():

@@ -19,6 +19,7 @@ from .errors import CodegenError
 from .indexing import Index, var
 from .ir import (
     C_TYPES,
+    HALF_TYPES,
     Call,
     Const,
     Expr,
@@ -158,6 +159,8 @@ class Lowerer:
         """A ``Scatter`` node shaped like ``meta``: ``out[i] = init(i)``, then for
         each source position ``r`` (in order) ``(target, value) = write(r)``."""
         sizes, dtype = tuple(meta.shape), meta.dtype
+        if dtype in HALF_TYPES:
+            raise Unsupported  # the C++ scatter loop combines in the buffer itself
         index = tuple(var(f"i{d}", s) for d, s in enumerate(sizes))
         rindex = tuple(var(f"r{d}", s) for d, s in enumerate(src_sizes))
         target, value = write(rindex)
