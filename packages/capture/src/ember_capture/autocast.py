@@ -117,12 +117,14 @@ def call(
     """``fn(*args, **kwargs)`` on meta tensors, in the dtypes eager's autocast
     gives: a meta tensor whose real device (``devices``, by id) has autocast on
     runs as a tensor of that device. Results are plain meta tensors again."""
-    on = {d for d in DEVICE_TYPES if torch.is_autocast_enabled(d)}
+    if not on():
+        return fn(*args, **kwargs)
+    enabled = {d for d in DEVICE_TYPES if torch.is_autocast_enabled(d)}
     lifted: dict[int, OnDevice] = {}
 
     def lift(t: torch.Tensor) -> torch.Tensor:
         device = devices.get(id(t))
-        if device is None or device.type not in on or t.device.type != "meta":
+        if device is None or device.type not in enabled or t.device.type != "meta":
             return t
         if id(t) not in lifted:
             lifted[id(t)] = OnDevice(t, device)
@@ -152,7 +154,7 @@ def _lower(t: OnDevice) -> torch.Tensor:
 
 def _construct(cls: type) -> Callable[..., Value]:
     def handler(tx: Interpreter, *args: Value, **kwargs: Value) -> Value:
-        from .calls import constant
+        from .calls import constant  # calls imports this module
 
         # The real object resolves defaults and refuses what eager refuses.
         real = cls(
