@@ -850,3 +850,20 @@ def test_upsample_nearest2d_and_its_backward_match_torch(cpp, case):
         compiled = cpp(fn, *inputs)
         assert (compiled.fallback_ops == ()) == lowered
         check(compiled, fn, *inputs)
+
+
+@pytest.mark.parametrize("rows", [(2, 4), (0, 2), (1, 3)])
+def test_slice_backward_added_over_rows_of_six(cpp, rows):
+    """A gradient written into rows of planes of 5x6 and added: GCC 12.2 at -O3
+    with -fno-tree-dominator-opts (build.py's first workaround for the test
+    above, since replaced by -fno-tree-fre) read zeros for the rows inside the
+    slice. It was a circular pad's backward (CircularPad3d, pads as large as
+    the dims)."""
+
+    def fn(a, b):
+        start, end = rows
+        grad = aten.slice_backward.default(b, [1, 1, 5, 5, 6], 3, start, end, 1)
+        return (aten.add.Tensor(a, grad),)
+
+    a, b = torch.randn(1, 1, 5, 5, 6), torch.randn(1, 1, 5, 2, 6)
+    check(cpp(fn, a, b), fn, a, b)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from .cpp import checks_indices
-from .ir import Extern, TensorSpec, describe_origin, refs
-from .lowering import LoweredGraph
+from .ir import Extern, Ref, TensorSpec, describe_origin, refs
+from .lowering import STORAGE_READERS, LoweredGraph
 from .memory import MemoryPlan, nbytes
 from .scheduler import AliasView, Kernel, Schedule
 from .wrapper import op_path, render_arg
@@ -43,6 +43,15 @@ def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Te
 def fix_layout(t: torch.Tensor, sizes, strides) -> torch.Tensor:
     """``t`` with exactly the strides the kernels were compiled for."""
     if t.stride() == tuple(strides):
+        return t
+    return torch.empty_strided(sizes, strides, dtype=t.dtype).copy_(t)
+
+
+def own_storage(t: torch.Tensor, sizes, strides) -> torch.Tensor:
+    """``t``, or a copy of it, whose storage holds its elements laid out as
+    ``strides`` from offset 0, as the fresh tensor the graph traced: what
+    ``as_strided`` reads (``t`` may be a strided view of other memory)."""
+    if t.stride() == tuple(strides) and t.storage_offset() == 0:
         return t
     return torch.empty_strided(sizes, strides, dtype=t.dtype).copy_(t)
 
@@ -87,6 +96,7 @@ def emit_cpp_wrapper(
             for name in _kernel_args(step):
                 kernel_uses[name] = kernel_uses.get(name, 0) + 1
     pointers: set[str] = set()
+    given = set(params) | set(lowered.constants.values())  # the caller's tensors
     body: list[str] = []
     if guard:
         body += [f"if not ({guard}):", f"    return fallback({', '.join(params)})"]
@@ -118,7 +128,7 @@ def emit_cpp_wrapper(
                 KernelInfo("loop", step.name, _ops(step.origin), len(args), checked)
             )
         elif isinstance(step, Extern):
-            body += _extern(step, specs, read_by_kernels)
+            body += _extern(step, specs, read_by_kernels, given)
             kind = "fallback" if step.fallback else "extern"
             kernels.append(KernelInfo(kind, step.name, (str(step.op),)))
         else:
@@ -175,15 +185,26 @@ def _allocate(alloc, spec: TensorSpec, as_tensor: bool) -> list[str]:
     ]
 
 
-def _extern(step: Extern, specs, read_by_kernels: set[str]) -> list[str]:
+def _extern(
+    step: Extern, specs, read_by_kernels: set[str], given: set[str]
+) -> list[str]:
     names = {n: n for n in _refs(step)}
+    lines = []
+    if step.op in STORAGE_READERS and isinstance(step.args[0], Ref):
+        # Its storage as the graph made it; the caller's own tensors are eager's.
+        root = step.args[0].name
+        if root not in given:
+            names[root] = f"{root}_storage"
+            lines.append(
+                f"{root}_storage = own_storage({root}, {_layout(specs[root])})"
+            )
     args = [render_arg(a, names) for a in step.args]
     args += [f"{k}={render_arg(v, names)}" for k, v in step.kwargs]
     targets = [o or "_" for o in step.outputs]
     lhs = ", ".join(targets)
     if len(targets) == 1 and _returns_sequence(step):
         lhs += ","
-    lines = [f"{lhs} = {op_path(step.op)}({', '.join(args)})"]
+    lines.append(f"{lhs} = {op_path(step.op)}({', '.join(args)})")
     for name in targets:
         if (
             name != "_"
@@ -211,4 +232,5 @@ WRAPPER_HELPERS = {
     "empty_strided": torch.empty_strided,
     "reinterpret": reinterpret,
     "fix_layout": fix_layout,
+    "own_storage": own_storage,
 }

@@ -378,6 +378,47 @@ def _meta_of(node: torch.fx.Node, metas: dict) -> object:
         ) from e
 
 
+# Ops that read their argument's storage, not only its values: the same
+# storage through any view of it. They get the tensor that owns the storage
+# (``storage_root``), and the wrapper hands it over in the traced layout.
+STORAGE_READERS = frozenset(
+    [torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default]
+)
+
+
+def returns_view(target: object) -> bool:
+    """Whether aten's schema says ``target`` returns a view of an argument."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    return any(
+        r.alias_info is not None and not r.alias_info.is_write
+        for r in target._schema.returns
+    )
+
+
+def storage_root(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose value owns the storage that ``node`` views (``node``
+    itself when it is not a view)."""
+    while node.op == "call_function":
+        source = node
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            source = node.args[0]  # an item of split, unbind, ...
+        if not returns_view(source.target) or not isinstance(
+            source.args[0], torch.fx.Node
+        ):
+            break
+        node = source.args[0]
+    return node
+
+
+def _storage_offset(node: torch.fx.Node) -> object:
+    """An as_strided's explicit storage offset (None: the input's own, so the
+    input itself, not the tensor owning its storage, is what it reads)."""
+    if len(node.args) > 3:
+        return node.args[3]
+    return node.kwargs.get("storage_offset")
+
+
 def _lower_node(lo: Lowerer, node, env, meta, fallback_ops: set[str]) -> object:
     loc = node.meta.get("user_loc")
     lo.origin = (f"{node.target} @ {loc}" if loc else str(node.target),)
@@ -387,6 +428,8 @@ def _lower_node(lo: Lowerer, node, env, meta, fallback_ops: set[str]) -> object:
         lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
         (node.args, node.kwargs),
     )
+    if node.target in STORAGE_READERS and _storage_offset(node) is not None:
+        args = (env[storage_root(node.args[0])], *args[1:])
     if rule is not None and _all_supported(meta, args, kwargs):
         checkpoint = dict(lo.nodes), dict(lo.specs)
         try:

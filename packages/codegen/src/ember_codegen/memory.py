@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from .ir import Extern, TensorSpec, refs
+from .lowering import returns_view
 from .scheduler import Kernel, Schedule
 
 
@@ -65,6 +66,14 @@ def plan_memory(
     for name in outputs:
         last_use[base.get(name, name)] = forever
 
+    # A torch op whose result is a view keeps its argument's memory in use for
+    # as long as that view lives: such memory is never handed to another buffer.
+    viewed = {
+        base.get(name, name)
+        for step in schedule.steps
+        if isinstance(step, Extern) and step.fallback and returns_view(step.op)
+        for name in _step_uses(step)
+    }
     plan = MemoryPlan()
     free: list[tuple[int, str]] = []  # (bytes, holder) of dead reusable memory
     donors: set[str] = set()
@@ -92,6 +101,8 @@ def plan_memory(
             last_use.setdefault(name, s)  # never read: dies where it is made
         for name, when in last_use.items():
             if when != s or name not in schedule.buffers or name in outputs:
+                continue
+            if name in viewed:
                 continue
             if name in plan.allocations or _fresh_extern_output(schedule, name):
                 free.append((nbytes(specs[name]), name))

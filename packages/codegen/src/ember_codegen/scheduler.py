@@ -21,6 +21,8 @@ from .ir import (
     Scan,
     Scatter,
     Stage,
+    TensorSpec,
+    loads,
     node_loads,
     refs,
 )
@@ -131,6 +133,23 @@ def pure_view(node: Pointwise, lowered: LoweredGraph) -> AliasView | None:
     return AliasView(node.name, e.name, node.sizes, tuple(strides), offset)
 
 
+def keeps_layout(view: AliasView, spec: TensorSpec) -> bool:
+    """Whether ``view`` has the strides the graph traced for its node.
+
+    A copy (clone, contiguous, a same-dtype cast) that folded to a plain load
+    would otherwise reach a library or fallback op as a view with other
+    strides. The values are the same, but some ops read the layout too:
+    ``_embedding_bag``'s CPU kernel takes its indices as contiguous memory, as
+    its public wrapper made them, and ``as_strided_scatter`` clones its input
+    keeping the strides. Such a node is computed into its own buffer instead.
+    """
+    if 0 in spec.sizes:
+        return True
+    return all(
+        s == m for s, m, n in zip(view.strides, spec.strides, spec.sizes) if n > 1
+    )
+
+
 def schedule(lowered: LoweredGraph) -> Schedule:
     """Fuse the lowered graph into kernels; see docs/codegen.md for the rules."""
     nodes = _live(lowered)
@@ -156,6 +175,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     views: dict[str, AliasView] = {}
     compute: list[Node] = []  # realized stages and externs, in order
     realized: set[str] = set(lowered.inputs) | set(lowered.constants.values())
+    copied: set[str] = set()  # inlined values read through an inlined copy
     for node in nodes:
         if isinstance(node, Input):
             continue
@@ -163,17 +183,26 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             compute.append(node)
             realized.update(o for o in node.outputs if o)
             continue
+        # A clone folded to a load, then viewed, would view the clone's source.
+        through_copy = isinstance(node, Pointwise) and (
+            not node.view or any(ld.name in copied for ld in loads(node.expr))
+        )
         node = _inline_node(node, inlined)
         if isinstance(node, (Reduction, Scatter, Scan)):
             compute.append(node)
             realized.add(node.name)
             continue
         as_tensor = node.name in needs_tensor
-        # An output may alias memory only where eager's would (a view op); a
-        # clone or cast that folded to a plain load must still be a copy.
-        may_alias = node.view or node.name not in outputs
+        # An output may alias memory only where eager's would (a chain of view
+        # ops); a clone or cast that folded to a plain load must still be a copy,
+        # and so must a view of one.
+        may_alias = not through_copy or node.name not in outputs
         view = pure_view(node, lowered) if as_tensor and may_alias else None
-        if view is not None and view.base in realized:
+        if (
+            view is not None
+            and view.base in realized
+            and keeps_layout(view, lowered.specs[node.name])
+        ):
             views[node.name] = view
             inlined[node.name] = node
         elif as_tensor or (
@@ -181,8 +210,11 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         ):
             compute.append(node)
             realized.add(node.name)
+            continue
         else:
             inlined[node.name] = node
+        if through_copy:
+            copied.add(node.name)
     return _group(compute, views, outputs, lowered)
 
 
