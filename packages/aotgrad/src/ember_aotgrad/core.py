@@ -129,6 +129,7 @@ RANDOM = frozenset(
     {
         aten.bernoulli.p,
         aten.native_dropout.default,
+        aten.normal.float_float,
         aten.rand.default,
         aten.randn.default,
         aten.rand_like.default,

@@ -228,6 +228,18 @@ def functional_twin(func: torch._ops.OpOverload) -> torch._ops.OpOverload:
     return twin
 
 
+def with_defaults(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple:
+    """``args`` with the positional arguments that torch's dispatcher left out
+    because they equal their default: ``bernoulli_(x, 0.5)`` reaches
+    ``__torch_dispatch__`` as ``bernoulli_(x)``, and its functional twin
+    ``bernoulli.p`` has no default for ``p`` (a twin's default may also differ)."""
+    positional = [a for a in func._schema.arguments if not a.kwarg_only]
+    missing = positional[len(args) :]
+    if any(a.name in kwargs or not a.has_default_value() for a in missing):
+        return tuple(args)
+    return (*args, *(a.default_value for a in missing))
+
+
 def _same_arguments(func, twin) -> bool:
     types = [str(a.type) for a in func._schema.arguments]
     return types == [str(a.type) for a in twin._schema.arguments]
@@ -255,9 +267,31 @@ def _batch_norm(
     return out, mean, invstd
 
 
+def _normal(self, mean=0.0, std=1.0, *, generator=None):
+    # No overload of normal takes self and fills it; normal.float_float is what
+    # eager's torch.normal(mean, std, size) runs: empty(size).normal_(...), the
+    # same draws from the same generator for a contiguous self.
+    if not self.is_contiguous():
+        raise AotGradError(
+            "normal_ on a non-contiguous tensor draws in another order than "
+            "aotgrad's functional form; the graph runs eagerly"
+        )
+    value = aten.normal.float_float(
+        mean,
+        std,
+        list(self.shape),
+        generator=generator,
+        dtype=self.dtype,
+        device=self.device,
+    )
+    aten.copy_.default(self, value)
+    return self
+
+
 # Ops whose writes functional_twin cannot express: rule(*args) runs under the
 # recorder, so the writes it makes are functionalized like any other.
 MUTATION_RULES = {
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,
+    aten.normal_.default: _normal,
 }

@@ -7,6 +7,7 @@ replaced by what the rule calls. Each node keeps the user's file:line.
 
 from __future__ import annotations
 
+import keyword
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,6 +29,7 @@ from .functionalize import (
     is_view_op,
     mutated_args,
     replay,
+    with_defaults,
 )
 
 Decompositions = Mapping[torch._ops.OpOverload, Callable[..., Any]]
@@ -186,7 +188,7 @@ class AtenRecorder(TorchDispatchMode):
         target = self.ref_of(args[0])
         twin = functional_twin(func)
         with self:  # the functional twin is recorded (and decomposed) like any op
-            result = twin(*args, **kwargs)
+            result = twin(*with_defaults(func, args, kwargs), **kwargs)
         out = self._run(func, args, kwargs)  # keeps the traced value's metadata true
         if torch.Tag.inplace_view in func.tags:
             if target.storage.input_index is not None:
@@ -256,6 +258,11 @@ class AtenRecorder(TorchDispatchMode):
         return self._new_node(func, node_args, node_kwargs)
 
     def _new_node(self, target, args, kwargs=None) -> torch.fx.Node:
+        if keyword.iskeyword(getattr(target, "_overloadname", "")):
+            raise AotGradError(
+                f"aten op {target}{self._where()} has an overload name that a "
+                "graph's Python code cannot spell; the graph runs eagerly"
+            )
         node = self.graph.call_function(target, tuple(args), kwargs or {})
         if self.user_loc:
             node.meta["user_loc"] = self.user_loc
