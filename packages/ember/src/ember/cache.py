@@ -116,8 +116,12 @@ def graph_hash(gm: torch.fx.GraphModule) -> str:
 
 
 def _trusted_target(target: object) -> bool:
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+    if isinstance(target, torch._ops.OpOverload):
         return target.namespace in _TRUSTED_OP_NAMESPACES
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        # A packet's attributes are its overloads; its name holds the namespace.
+        namespace = target._qualified_op_name.split("::")[0]
+        return namespace in _TRUSTED_OP_NAMESPACES
     if not isinstance(
         target,
         (
