@@ -137,11 +137,12 @@ def keeps_layout(view: AliasView, spec: TensorSpec) -> bool:
     """Whether ``view`` has the strides the graph traced for its node.
 
     A copy (clone, contiguous, a same-dtype cast) that folded to a plain load
-    would otherwise reach a library or fallback op as a view with other
-    strides. The values are the same, but some ops read the layout too:
+    would otherwise reach an op through torch as a view with other strides.
+    The values are the same, but some ops read the layout too:
     ``_embedding_bag``'s CPU kernel takes its indices as contiguous memory, as
     its public wrapper made them, and ``as_strided_scatter`` clones its input
-    keeping the strides. Such a node is computed into its own buffer instead.
+    keeping the strides. Such a node is computed into its own buffer instead
+    (library kernels take any strides, so their arguments stay views).
     """
     if 0 in spec.sizes:
         return True
@@ -159,6 +160,8 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     needs_tensor = outputs | {
         n for e in nodes if isinstance(e, Extern) for n in _refs(e)
     }
+    # Library kernels take any strides; an op through torch may read them.
+    exact = {n for e in nodes if isinstance(e, Extern) and e.fallback for n in _refs(e)}
     # A view that must be a tensor is cheapest as a strided view of its base: so
     # the base (through chains of views) gets memory in its own layout.
     for node in reversed(nodes):
@@ -201,7 +204,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         if (
             view is not None
             and view.base in realized
-            and keeps_layout(view, lowered.specs[node.name])
+            and (node.name not in exact or keeps_layout(view, lowered.specs[node.name]))
         ):
             views[node.name] = view
             inlined[node.name] = node
