@@ -113,3 +113,9 @@ def test_a_failed_trace_leaves_the_autocast_state_as_it_was():
         trace_to_aten(gm, inputs())
     assert not torch.is_autocast_enabled("cpu")
     assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def test_an_op_whose_kernel_autocasts_inside_is_refused():
+    gm = with_region(lambda x: (torch.linalg.pinv(x),), 1, torch.bfloat16)
+    with pytest.raises(AotGradError, match=r"linalg_pinv.* under autocast"):
+        trace_to_aten(gm, [torch.randn(5, 4)])

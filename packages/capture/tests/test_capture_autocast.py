@@ -135,3 +135,16 @@ def test_switching_autocast_by_hand_is_refused_and_state_is_restored():
     result = capture(fn, torch.randn(2))
     assert "changes torch's global state" in str(result.break_reason)
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_an_op_whose_kernel_autocasts_inside_runs_eagerly():
+    def fn(x):
+        return torch.linalg.pinv(x.sin()).cos()
+
+    x = torch.randn(5, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        result = capture(fn, x)
+        assert "linalg_pinv under autocast" in str(result.break_reason)
+        want = fn(x)
+        assert want.dtype == torch.bfloat16  # pinv's own matmuls ran in bfloat16
+        assert run(result, x).dtype == want.dtype

@@ -202,3 +202,14 @@ def test_a_break_inside_an_autocast_block_keeps_its_dtypes(tmp_path):
     args = mm_inputs()
     assert_like(compiled(*args), fn(*args), torch.bfloat16)
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_an_op_whose_kernel_autocasts_inside_keeps_eagers_dtype(tmp_path):
+    def fn(x):
+        return torch.linalg.pinv(x.sin()) * 2
+
+    compiled = compile_fn(fn, tmp_path)
+    x = torch.randn(5, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = fn(x)  # bfloat16: the kernel's own matmuls were autocast
+        assert_like(compiled(x), want, torch.bfloat16)

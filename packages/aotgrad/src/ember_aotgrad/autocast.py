@@ -21,11 +21,31 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from .errors import AotGradError
+
 ENTER = torch.amp._enter_autocast
 EXIT = torch.amp._exit_autocast
 
 _META = torch.device("meta")
 any_enabled = torch._C._is_any_autocast_enabled
+
+
+# Ops whose eager CPU kernel calls matmuls through the dispatcher, where autocast
+# casts them (pinv of a float32 matrix comes back bfloat16): the meta kernel, and
+# a trace, cannot see that, so under autocast the graph runs eagerly instead.
+CAST_INSIDE = frozenset(
+    getattr(torch.ops.aten.linalg_pinv, name)
+    for name in torch.ops.aten.linalg_pinv.overloads()
+)
+
+
+def refuse_cast_inside(func: torch._ops.OpOverload) -> None:
+    """Raise AotGradError for an op in CAST_INSIDE (call under autocast)."""
+    if func in CAST_INSIDE:
+        raise AotGradError(
+            f"{func} under autocast: its kernel's own matmuls are autocast in "
+            "eager, which a trace cannot see; the graph runs eagerly"
+        )
 
 
 def has_regions(gm: torch.fx.GraphModule) -> bool:

@@ -63,6 +63,7 @@ class AtenRecorder(TorchDispatchMode):
         self.on_meta = on_meta
         # Set when the graph has autocast regions: traced meta tensors report it.
         self.on_device: torch.device | None = None
+        self.autocast_on = False  # whether the node now traced runs under autocast
         self.constants: dict[str, torch.Tensor] = {}
         self.user_loc: str | None = None
         self.refs: dict[int, Ref] = {}
@@ -121,14 +122,11 @@ class AtenRecorder(TorchDispatchMode):
     # -- dispatch ------------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        # Autocast casts the op the user called, not the ops of its decomposition
-        # or functional twin that this method dispatches again.
-        if autocast.any_enabled():
-            with torch._C._DisableAutocast():
-                return self._dispatch(func, args, kwargs or {})
-        return self._dispatch(func, args, kwargs or {})
-
-    def _dispatch(self, func, args, kwargs):
+        # Autocast is off in here (torch turns it off to call a dispatch mode),
+        # so a decomposition's or functional twin's ops are not cast again.
+        kwargs = kwargs or {}
+        if self.autocast_on:
+            autocast.refuse_cast_inside(func)
         if func in self.mutation_rules:
             with self:
                 return self.mutation_rules[func](*args, **kwargs)
@@ -332,6 +330,7 @@ class LocatingInterpreter(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.recorder.user_loc = n.meta.get("user_loc")
+        self.recorder.autocast_on = autocast.any_enabled()
         _refuse_custom_function(n)
         try:
             result = super().run_node(n)

@@ -15,7 +15,7 @@ docs/capture.md, "Autocast").
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -109,6 +109,17 @@ class OnDevice(torch.Tensor):
             return same if same is not None else cls(t, device)
 
         return pytree.tree_map_only(torch.Tensor, wrap, out)
+
+
+# torch calls whose eager CPU kernel calls matmuls through the dispatcher, where
+# autocast casts them (pinv of a float32 matrix comes back bfloat16): a meta
+# kernel cannot see that, so under autocast they break the graph and run eagerly.
+CAST_INSIDE = frozenset({torch.linalg.pinv})
+
+
+def casts_inside(target: object) -> bool:
+    """Whether ``target`` is in CAST_INSIDE and autocast is on."""
+    return on() and isinstance(target, Hashable) and target in CAST_INSIDE
 
 
 def call(

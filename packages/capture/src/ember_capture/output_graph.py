@@ -272,6 +272,12 @@ class OutputGraph:
         The example output is computed by running the same op on the meta tensors of
         the inputs, so sizes, strides and dtypes follow torch's own rules.
         """
+        if autocast.casts_inside(target):
+            raise self.error(
+                f"{_op_name(kind, target)} under autocast",
+                "its kernel's own matmuls are autocast in eager, which capture "
+                "cannot see; it runs eagerly",
+            )
         if _takes_float_inputs(kind, target, args):
             args = tuple(
                 self._float_tensor(a) if isinstance(a, FloatInputValue) else a
