@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ember_capture import capture
+from ember_capture.meta_memo import check_meta_results
 
 ENTER, EXIT = torch.amp._enter_autocast, torch.amp._exit_autocast
 
@@ -148,3 +149,14 @@ def test_an_op_whose_kernel_autocasts_inside_runs_eagerly():
         want = fn(x)
         assert want.dtype == torch.bfloat16  # pinv's own matmuls ran in bfloat16
         assert run(result, x).dtype == want.dtype
+
+
+def test_meta_results_under_autocast_are_valid_memo_entries():
+    def fn(x, w, b):
+        return torch.relu(x @ w + b)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        result = capture(fn, *args())
+    assert result.meta_results
+    assert check_meta_results(result.meta_results) is None
+    assert all('["cpu"]' in key for key in result.meta_results)

@@ -154,9 +154,11 @@ def _valid_meta(meta: list) -> bool:
     return False
 
 
-def key(kind: str, target: object, args: tuple, kwargs: dict):
+def key(kind: str, target: object, args: tuple, kwargs: dict, devices: tuple = ()):
     """``(key, input tensors, their metadata)`` for this op on these meta
-    arguments, or None when its result may depend on more than the key holds."""
+    arguments, or None when its result may depend on more than the key holds.
+    ``devices`` names the inputs' real device types where the result depends on
+    them (autocast casts by device type)."""
     name = _op_name(kind, target)
     if name is None:
         return None
@@ -167,6 +169,7 @@ def key(kind: str, target: object, args: tuple, kwargs: dict):
             _arg_spec(args, tensors),
             _arg_spec(kwargs, tensors),
             _global_state(),
+            *([list(devices)] if devices else []),
         ]
     except _Unmemoizable:
         return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import collections
 import functools
-import json
 import operator
 import os
 import re
@@ -311,11 +310,11 @@ class OutputGraph:
         for these inputs' metadata, else computed by the meta kernel and memoized.
         Under autocast the dtypes are those eager's autocast gives (``devices``:
         each input meta tensor's real device, by id)."""
-        memo_key = meta_memo.key(kind, target, meta_args, meta_kwargs)
+        # Autocast casts by the inputs' real device type: a fact of the result.
+        types = sorted({d.type for d in devices.values()}) if autocast.on() else ()
+        memo_key = meta_memo.key(kind, target, meta_args, meta_kwargs, tuple(types))
         if memo_key is not None:
             text, inputs, before = memo_key
-            if autocast.on():  # autocast casts by the inputs' real device type
-                text += json.dumps(sorted({d.type for d in devices.values()}))
             self.meta_keys.add(text)
             result = meta_memo.MEMO.replay(text, inputs)
             if result is not meta_memo.MISS:
