@@ -178,7 +178,7 @@ def _construct(cls: type) -> Callable[..., Value]:
 
 
 for _cls in (torch.amp.autocast, torch.cpu.amp.autocast, torch.cuda.amp.autocast):
-    builtin_calls.HANDLERS[_cls] = _construct(_cls)
+    builtin_calls.handles(_cls)(_construct(_cls))
 
 
 def value_of(real: torch.amp.autocast, source=None) -> AutocastValue:
