@@ -13,6 +13,8 @@ TEST_TOOLS = ("pytest", "numpy")
 # Models built from tiny configs (never downloaded); pinned so that the graph and
 # break counts the integration tests bound do not move with a new release.
 TRANSFORMERS = "transformers==5.24.0"
+# torch's OpInfo database (integration_tests/test_opinfo_sweep.py) imports it.
+OPINFO_TOOLS = ("expecttest==0.3.0",)
 STAGES = ("capture", "aotgrad", "codegen", "runtime")
 ALL_PACKAGES = (*STAGES, "ember")
 
@@ -60,8 +62,23 @@ def ember(session: nox.Session) -> None:
 @nox.session
 def integration(session: nox.Session) -> None:
     install(session, *ALL_PACKAGES)
-    session.install(TRANSFORMERS)
+    session.install(TRANSFORMERS, *OPINFO_TOOLS)
     session.run("pytest", "integration_tests", *session.posargs)
+
+
+@nox.session
+def sweep(session: nox.Session) -> None:
+    """Every op of torch's OpInfo database with every float32 sample, forward and
+    backward, against eager (the integration session runs a fixed tenth of the
+    ops, two samples each). Not in the default run: it takes hours."""
+    install(session, *ALL_PACKAGES)
+    session.install(*OPINFO_TOOLS)
+    session.run(
+        "pytest",
+        "integration_tests/test_opinfo_sweep.py",
+        *session.posargs,
+        env={"EMBER_OPINFO_SWEEP": "full"},
+    )
 
 
 @nox.session
