@@ -5,6 +5,7 @@ missing dims read index 0); dtypes follow torch's promotion via the node's meta.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -281,22 +282,24 @@ def _gelu(lo: Lowerer, a, approximate="none"):
         return constant(v, dtype)
 
     if approximate == "none":
-        if not _vectorized_gelu(a):
-            return elementwise(
-                lo,
-                lambda x: call("mul", call("mul", x, c(0.5)), _one_plus_erf(x, c)),
-                a,
-            )
+        quirks = _vectorized_gelu_quirks() if _vectorized_gelu(a) else (False, False)
+        nan_for_inf, overflows = quirks
 
         # Eager's vectorized float32 kernel (taken for a contiguous input of two
-        # or more elements) returns NaN for +inf and overflows to inf near the
-        # top of the range, where x * (1 + erf) does: so must we, there.
-        def vectorized(x: Expr) -> Expr:
-            value = call("mul", call("mul", x, _one_plus_erf(x, c)), c(0.5))
+        # or more elements) differs with the CPU it was built for: on some it
+        # returns NaN for +inf, or overflows to inf near the top of the range
+        # (x * (1 + erf) before the halving). Where it does, so must we.
+        def exact(x: Expr) -> Expr:
+            if overflows:
+                value = call("mul", call("mul", x, _one_plus_erf(x, c)), c(0.5))
+            else:
+                value = call("mul", call("mul", x, c(0.5)), _one_plus_erf(x, c))
+            if not nan_for_inf:
+                return value
             is_inf = call("eq", x, c(math.inf), dtype=torch.bool)
             return call("where", is_inf, c(math.nan), value, dtype=x.dtype)
 
-        return elementwise(lo, vectorized, a)
+        return elementwise(lo, exact, a)
     inner = math.sqrt(2 / math.pi)
     return elementwise(
         lo,
@@ -326,6 +329,16 @@ def _gelu(lo: Lowerer, a, approximate="none"):
 
 def _one_plus_erf(x: Expr, c) -> Expr:
     return call("add", c(1.0), call("erf", call("mul", x, c(math.sqrt(0.5)))))
+
+
+@functools.cache
+def _vectorized_gelu_quirks() -> tuple[bool, bool]:
+    """(NaN for +inf, overflow near the top) of eager's vectorized float32
+    erf-gelu on this machine, read off the kernel itself once per process."""
+    probe = torch.zeros(64)
+    probe[0], probe[1] = math.inf, 3e38
+    out = torch.nn.functional.gelu(probe)
+    return bool(out[0].isnan()), bool(out[1].isinf())
 
 
 def _vectorized_gelu(a: object) -> bool:

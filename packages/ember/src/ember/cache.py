@@ -187,10 +187,12 @@ def _inputs_text(example_inputs: Sequence[object]) -> str:
 @functools.cache
 def environment_text() -> str:
     """The versions an entry depends on (Python, torch, the C++ compiler, the
-    ember distributions) and a hash of the ember packages' sources; once per
-    process."""
+    ember distributions), the CPU capability torch's eager kernels were picked
+    for (lowerings match their edge cases, which differ between AVX2 and
+    AVX-512) and a hash of the ember packages' sources; once per process."""
     versions = environment_versions(DISTRIBUTIONS)
     lines = [f"{k}={versions[k]}" for k in sorted(versions)]
+    lines.append(f"cpu={torch.backends.cpu.get_cpu_capability()}")
     lines.append(f"sources={source_hash()}")
     return "\n".join(lines)
 
