@@ -107,8 +107,10 @@ def test_gradients_flow_through_the_compiled_calls(capsys):
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     model(x).square().sum().backward()
+    # aotgrad's decomposed backwards sum in another order than eager's kernels:
+    # float32 reassociation over gradients of size ~1 (seen up to 2.6e-5).
     for got, expected in zip(grads, [p.grad for p in model.parameters()]):
-        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_explain_counts_the_graphs_of_the_calls(capsys):
