@@ -298,7 +298,8 @@ def mean_dim(x, dim, keepdim=False, dtype=None):
 
 @register_decomposition(aten.mean.default)
 def mean(x, dtype=None):
-    return aten.div.Scalar(aten.sum.default(x, dtype=dtype), max(x.numel(), 1))
+    # Over no elements 0 / 0: NaN, as eager's.
+    return aten.div.Scalar(aten.sum.default(x, dtype=dtype), x.numel())
 
 
 @register_decomposition(aten.var.correction)
@@ -307,7 +308,9 @@ def var(x, dim=None, *, correction=None, keepdim=False):
     n = count(x, dims)
     centered = aten.sub.Tensor(x, aten.div.Scalar(sum_keep(x, dims), n))
     sq = aten.mul.Tensor(centered, centered)
-    denom = n - (1 if correction is None else correction)
+    # Eager divides by max(n - correction, 0): NaN or inf past the last degree
+    # of freedom, never the sign-flipped sum a negative divisor gives.
+    denom = max(n - (1 if correction is None else correction), 0)
     return aten.div.Scalar(aten.sum.dim_IntList(sq, dims, keepdim), denom)
 
 
