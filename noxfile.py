@@ -69,7 +69,7 @@ def integration(session: nox.Session) -> None:
 @nox.session
 def sweep(session: nox.Session) -> None:
     """Every op of torch's OpInfo database with every float32 sample, forward and
-    backward, against eager (the integration session runs a fixed tenth of the
+    backward, against eager (the integration session runs a fixed fifth of the
     ops, two samples each). Not in the default run: it takes hours."""
     install(session, *ALL_PACKAGES)
     session.install(*OPINFO_TOOLS)

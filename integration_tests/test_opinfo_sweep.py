@@ -32,7 +32,7 @@ with warnings.catch_warnings():
     from torch.testing._internal.common_methods_invocations import op_db
 
 FULL = os.environ.get("EMBER_OPINFO_SWEEP", "") == "full"
-STRIDE = 10  # the default run takes every 10th op...
+STRIDE = 5  # the default run takes every 5th op...
 DEFAULT_SAMPLES = 2  # ...and its first two samples
 # At most this many samples per op (the full sweep: all of them, unless set).
 MAX_SAMPLES = int(os.environ.get("EMBER_OPINFO_SAMPLES", "0")) or (
