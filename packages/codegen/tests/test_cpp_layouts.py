@@ -130,3 +130,15 @@ def test_as_strided_without_an_offset_starts_at_its_input(cpp):
 
     x = torch.randn(4, 3)
     check(cpp(fn, x), fn, x)
+
+
+def test_a_view_of_a_torch_op_result_reads_it_in_its_real_strides(cpp):
+    # _linalg_svd's CPU kernel returns Vh column-major where its meta kernel says
+    # row-major: torch.svd's V (Vh transposed) came back as Vh itself.
+    def fn(x):
+        _, s, vh = aten._linalg_svd.default(x, False)
+        return (aten.t.default(vh), s)
+
+    x = torch.randn(3, 3)
+    # The values; the strides are the meta kernel's (eager's V is row-major).
+    torch.testing.assert_close(cpp(fn, x)(x), fn(x))

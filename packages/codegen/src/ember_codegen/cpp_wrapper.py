@@ -85,8 +85,10 @@ def emit_cpp_wrapper(
     tensor_needed = {
         n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
     }
-    tensor_needed |= {s.base for s in schedule.steps if isinstance(s, AliasView)}
-    read_by_kernels = {
+    view_bases = {s.base for s in schedule.steps if isinstance(s, AliasView)}
+    tensor_needed |= view_bases
+    # Kernels and strided views index these with the strides the meta kernel gave.
+    read_by_kernels = view_bases | {
         n for s in schedule.steps if isinstance(s, Kernel) for n in s.reads
     }
     # A pointer several kernels take is read from its tensor once.
