@@ -389,7 +389,7 @@ def _bind_fields(tx, cls: type, args, kwargs) -> list[Value]:
 # -- methods of lists, tuples and dicts ------------------------------------------------
 
 
-def _note_change(tx, container: Value) -> None:
+def note_change(tx, container: Value) -> None:
     """Note a change to ``container``: one from outside is replayed after the graph."""
     if container.source is not None:
         tx.output.write_contents(container)
@@ -422,20 +422,20 @@ def _dict_copy(tx, d: DictValue) -> Value:
 
 @handles_method((DictValue,), "update")
 def _dict_update(tx, d: DictValue, other: Value | None = None, **kwargs) -> Value:
-    _note_change(tx, d)
+    note_change(tx, d)
     d.items.update(as_dict(tx, other, **kwargs).items)
     return ConstValue(None)
 
 
 @handles_method((DictValue,), "setdefault")
 def _dict_setdefault(tx, d: DictValue, k: Value, default: Value | None = None):
-    _note_change(tx, d)
+    note_change(tx, d)
     return d.items.setdefault(calls.key(tx, k), default or ConstValue(None))
 
 
 @handles_method((DictValue, ListValue), "pop")
 def _pop(tx, container: Value, *args: Value) -> Value:
-    _note_change(tx, container)
+    note_change(tx, container)
     if isinstance(container, DictValue):
         k = calls.key(tx, args[0])
         if k not in container.items:
@@ -451,28 +451,28 @@ def _pop(tx, container: Value, *args: Value) -> Value:
 
 @handles_method((ListValue,), "append")
 def _list_append(tx, lst: ListValue, item: Value) -> Value:
-    _note_change(tx, lst)
+    note_change(tx, lst)
     lst.items.append(item)
     return ConstValue(None)
 
 
 @handles_method((ListValue,), "extend")
 def _list_extend(tx, lst: ListValue, items: Value) -> Value:
-    _note_change(tx, lst)
+    note_change(tx, lst)
     lst.items.extend(calls.iterate(tx, items))
     return ConstValue(None)
 
 
 @handles_method((ListValue,), "insert")
 def _list_insert(tx, lst: ListValue, index: Value, item: Value) -> Value:
-    _note_change(tx, lst)
+    note_change(tx, lst)
     lst.items.insert(calls.constant(tx, index), item)
     return ConstValue(None)
 
 
 @handles_method((ListValue,), "reverse")
 def _list_reverse(tx, lst: ListValue) -> Value:
-    _note_change(tx, lst)
+    note_change(tx, lst)
     lst.items.reverse()
     return ConstValue(None)
 
@@ -484,7 +484,7 @@ def _list_sort(tx, lst: ListValue, key: Value | None = None, reverse=None) -> Va
     flag = bool(calls.constant(tx, reverse)) if reverse is not None else False
     consts = [calls.constant(tx, i) for i in lst.items]
     order = sorted(range(len(consts)), key=consts.__getitem__, reverse=flag)
-    _note_change(tx, lst)
+    note_change(tx, lst)
     lst.items[:] = [lst.items[i] for i in order]
     return ConstValue(None)
 
@@ -495,14 +495,14 @@ def _list_remove(tx, lst: ListValue, item: Value) -> Value:
     target = calls.constant(tx, item)
     if target not in consts:
         raise tx.unsupported(f"removing {target!r}, which is not in the list")
-    _note_change(tx, lst)
+    note_change(tx, lst)
     del lst.items[consts.index(target)]
     return ConstValue(None)
 
 
 @handles_method((ListValue, DictValue), "clear")
 def _clear(tx, container: Value) -> Value:
-    _note_change(tx, container)
+    note_change(tx, container)
     container.items.clear()
     return ConstValue(None)
 
@@ -511,7 +511,7 @@ def _clear(tx, container: Value) -> Value:
 def _dict_popitem(tx, d: DictValue) -> Value:
     if not d.items:
         raise tx.unsupported("popitem() of an empty dict (KeyError)")
-    _note_change(tx, d)
+    note_change(tx, d)
     k, v = d.items.popitem()
     return TupleValue((ConstValue(k), v))
 

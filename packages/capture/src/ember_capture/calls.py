@@ -473,25 +473,21 @@ def _repeat(tx, a: Value, b: Value) -> Value:
     return ListValue(items) if isinstance(seq, ListValue) else TupleValue(tuple(items))
 
 
-def _changed_in_place(tx, container: Value) -> Value:
-    if container.source is not None:
-        tx.output.write_contents(container)
-    return container
-
-
 def _extend_in_place(tx, a: Value, b: Value) -> Value:
     """``lst += items`` extends the list itself; ``tup += tup`` makes a new one."""
     if not isinstance(a, ListValue):
         return _concat(tx, a, b)
     a.items.extend(iterate(tx, b))
-    return _changed_in_place(tx, a)
+    builtin_calls.note_change(tx, a)
+    return a
 
 
 def _repeat_in_place(tx, a: Value, b: Value) -> Value:
     if not isinstance(a, ListValue):
         return _repeat(tx, a, b)
     a.items[:] = list(a.items) * constant(tx, b)
-    return _changed_in_place(tx, a)
+    builtin_calls.note_change(tx, a)
+    return a
 
 
 def _merge(tx, a: Value, b: Value) -> Value:
@@ -504,7 +500,8 @@ def _merge_in_place(tx, a: Value, b: Value) -> Value:
     if not isinstance(a, DictValue):
         raise tx.unsupported(f"{describe_value(a)} |= {describe_value(b)}")
     a.items.update(builtin_calls.as_dict(tx, b).items)
-    return _changed_in_place(tx, a)
+    builtin_calls.note_change(tx, a)
+    return a
 
 
 # Operators on lists, tuples and dicts: new containers, or (the augmented forms
@@ -780,8 +777,7 @@ def del_item(tx: Interpreter, obj: Value, index: Value) -> None:
         del obj.items[k]
     else:
         raise tx.unsupported(f"deleting an item of a {describe_value(obj)}")
-    if obj.source is not None:
-        tx.output.write_contents(obj)
+    builtin_calls.note_change(tx, obj)
 
 
 def set_attr(tx: Interpreter, obj: Value, name: str, value: Value) -> None:
