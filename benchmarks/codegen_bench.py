@@ -28,7 +28,7 @@ import torch
 import torch.fx
 from timing import steady_ms
 
-from ember_codegen import compile_graph
+from ember_codegen import KeySigner, compile_graph
 
 aten = torch.ops.aten
 
@@ -108,10 +108,16 @@ WORKLOADS: dict[str, tuple[Callable, Callable[[], tuple]]] = {
 }
 
 
+# The processes of the warm-start row share their kernels through one secret,
+# as ember's processes do through the cache folder's (ember_codegen.KeySigner).
+SECRET = b"codegen_bench warm start"
+SIGNER = KeySigner(SECRET)
+
+
 def compile_seconds(fn: Callable, args: tuple, cache_dir: Path) -> float:
     gm = torch.fx.symbolic_trace(fn)
     start = time.perf_counter()
-    compile_graph(gm, list(args), target="cpp", cache_dir=cache_dir)
+    compile_graph(gm, list(args), target="cpp", cache_dir=cache_dir, signer=SIGNER)
     return time.perf_counter() - start
 
 
@@ -119,14 +125,19 @@ WARM = """
 import sys, time, torch, torch.fx
 sys.path.insert(0, {bench_dir!r})
 from codegen_bench import graph30
-from ember_codegen import CompiledGraph, compile_graph
+from ember_codegen import CompiledGraph, KeySigner, compile_graph
+signer = KeySigner({secret!r})
 args = (torch.randn(64, 128), torch.randn(128, 256))
 gm = torch.fx.symbolic_trace(graph30)
 torch.empty(1, device="meta") + 1  # torch's one-time meta-kernel setup, paid by aotgrad
 start = time.perf_counter()
-compiled = compile_graph(gm, list(args), target="cpp", cache_dir={cache_dir!r})
+compiled = compile_graph(
+    gm, list(args), target="cpp", cache_dir={cache_dir!r}, signer=signer
+)
 middle = time.perf_counter()
-CompiledGraph.from_bytes(open({blob!r}, "rb").read(), cache_dir={cache_dir!r})
+CompiledGraph.from_bytes(
+    open({blob!r}, "rb").read(), cache_dir={cache_dir!r}, signer=signer
+)
 print(middle - start, time.perf_counter() - middle)
 """
 
@@ -210,11 +221,18 @@ def main() -> None:
         blob = Path(tmp) / "graph30.bin"
         blob.write_bytes(
             compile_graph(
-                torch.fx.symbolic_trace(graph30), list(inputs), "cpp", cache_dir=cache
+                torch.fx.symbolic_trace(graph30),
+                list(inputs),
+                "cpp",
+                cache_dir=cache,
+                signer=SIGNER,
             ).to_bytes()
         )
         script = WARM.format(
-            bench_dir=str(Path(__file__).parent), cache_dir=str(cache), blob=str(blob)
+            bench_dir=str(Path(__file__).parent),
+            cache_dir=str(cache),
+            blob=str(blob),
+            secret=SECRET,
         )
         runs = [
             subprocess.run(

@@ -1,36 +1,44 @@
-"""The kernel cache on disk: a damaged, unchecked or half-written shared object is
-never loaded; it is removed with one warning and compiled again, in every later
-process. Kernels keep their file when only the user locations named in their
-comments change, and their sources then name the new locations."""
+"""The kernel cache on disk: a damaged, unchecked, untagged or half-written shared
+object is never loaded; it is removed with one warning and compiled again, in
+every later process. Processes share kernels only through a common secret.
+Kernels keep their file when only the user locations named in their comments
+change, and their sources then name the new locations."""
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import warnings
 
+import pytest
 import torch
 import torch.fx
 from conftest import check
 
-from ember_codegen import CompiledGraph, compile_graph
+from ember_codegen import CompiledGraph, KeySigner, compile_graph, load_library
 
 aten = torch.ops.aten
 
 # Five tiny translation units, so that every kind of damage gets its own file.
 _CHILD = r"""
 import json, sys, warnings
-from ember_codegen import load_library
+from ember_codegen import KeySigner, load_library
 source = 'extern "C" int answer() { return %d; }\n'
+signer = KeySigner(sys.argv[2].encode())
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    answers = [load_library(source % n, sys.argv[1])[0].answer() for n in range(5)]
+    answers = [
+        load_library(source % n, sys.argv[1], signer=signer)[0].answer()
+        for n in range(5)
+    ]
 print(json.dumps({"answers": answers, "warnings": [str(w.message) for w in caught]}))
 """
 
 
-def start(cache_dir):
+def start(cache_dir, secret="team secret"):
     return subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(cache_dir)],
+        [sys.executable, "-c", _CHILD, str(cache_dir), secret],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -58,11 +66,7 @@ def test_damaged_kernels_are_removed_with_a_warning_and_compiled_again(tmp_path)
     raw[len(raw) // 2] ^= 0x10  # may still load, and run other code
     flipped.write_bytes(bytes(raw))
     empty.write_bytes(b"")
-    [checksum] = set(tmp_path.glob(f"{unchecked.stem}.*")) - {
-        unchecked,
-        unchecked.with_suffix(".cpp"),
-    }
-    checksum.unlink()  # the sibling that vouches for it is gone
+    unchecked.with_suffix(".sha256").unlink()  # the sibling that vouches for it
     gone.unlink()  # no shared object: compiled again, nothing to warn about
     # A writer that died mid-write leaves a temporary file, never loaded.
     (tmp_path / f"{gone.stem}.x1y2.so.tmp").write_bytes(b"\x7fELF half")
@@ -73,6 +77,82 @@ def test_damaged_kernels_are_removed_with_a_warning_and_compiled_again(tmp_path)
         [message] = [m for m in messages if str(damaged) in m]
         assert "removed" in message and "compiled again" in message
     assert warnings_of(start(tmp_path)) == []  # repaired for good: warned once
+
+
+def test_kernels_tagged_with_another_secret_are_never_loaded(tmp_path):
+    assert warnings_of(start(tmp_path)) == []
+    assert warnings_of(start(tmp_path)) == []  # the same secret: loaded as they are
+    # Right checksums, but tags made with another secret: each is removed with
+    # a warning and compiled again, and the answers are still right.
+    messages = warnings_of(start(tmp_path, secret="another secret"))
+    assert len(messages) == 5
+    assert all("not trusted" in m and "tag does not verify" in m for m in messages)
+    # The default signer's secret is the process's own: nothing from before loads.
+    [shared_object] = [
+        p
+        for p in tmp_path.glob("*.so")
+        if "return 0;" in p.with_suffix(".cpp").read_text()
+    ]
+    tag = shared_object.with_suffix(".tag").read_text()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        source = shared_object.with_suffix(".cpp").read_text()
+        lib, path = load_library(source, tmp_path)
+    assert lib.answer() == 0 and path == shared_object
+    assert len(caught) == 1 and "not trusted" in str(caught[0].message)
+    assert shared_object.with_suffix(".tag").read_text() != tag  # stored anew
+
+
+_PLANTED = r"""
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen("%s", "w");
+    if (f) { fputs("planted code ran", f); fclose(f); }
+}
+extern "C" int answer() { return -1; }
+"""
+
+
+def plant(tmp_path, so_path, how):
+    """Puts a library whose constructor writes a marker file where ``so_path``
+    is, with a checksum file that matches it; returns the marker's path."""
+    marker = tmp_path / "planted-code-ran"
+    source = tmp_path / "planted.cpp"
+    source.write_text(_PLANTED % marker)
+    planted = tmp_path / "planted.so"
+    subprocess.run(
+        ["g++", "-shared", "-fPIC", str(source), "-o", str(planted)], check=True
+    )
+    so_path.unlink()
+    if how == "symlink":
+        so_path.symlink_to(planted)
+    else:
+        so_path.write_bytes(planted.read_bytes())
+    digest = hashlib.sha256(planted.read_bytes()).hexdigest()
+    so_path.with_suffix(".sha256").write_text(f"{digest}  {so_path.name}\n")
+    return marker
+
+
+@pytest.mark.parametrize("how", ["file", "symlink"])
+def test_a_planted_library_with_a_right_checksum_never_runs(tmp_path, how):
+    cache = tmp_path / "kernels"
+    signer = KeySigner(b"the cache's secret")
+    # The children compile answer() returning 0..4; plant over the one for 0.
+    source = 'extern "C" int answer() { return 0; }\n'
+    _, so_path = load_library(source, cache, signer=signer)
+    marker = plant(tmp_path, so_path, how)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(cache), "the cache's secret"],
+        capture_output=True,
+        text=True,
+    )
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    assert result["answers"] == list(range(5))  # 0's file: compiled again
+    [message] = [m for m in result["warnings"] if str(so_path) in m]
+    assert "not trusted" in message or "never followed" in message
+    assert not marker.exists()
+    assert not so_path.is_symlink()
 
 
 def at_lines(fn, *locations):

@@ -181,15 +181,18 @@ def test_the_graph_hash_covers_constants_and_refuses_submodules():
         graph_hash(torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU())))
 
 
-def test_an_unwritable_cache_folder_does_not_fail_a_compile(tmp_path):
+def test_an_unusable_cache_folder_does_not_fail_a_compile(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     blocked = tmp_path / "file"
-    blocked.write_text("not a folder")  # every store under it fails
-    compiled = ember.compile(mlp, options={"cache_dir": blocked})
-    args = mlp_inputs()
+    blocked.write_text("not a folder")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        compiled = ember.compile(mlp, options={"cache_dir": blocked})
+        args = mlp_inputs()
         torch.testing.assert_close(compiled(*args), mlp(*args))
-    # codegen could not build its kernels: the graph ran with torch, and the
-    # warning says where and what to do
-    (message,) = [str(w.message) for w in caught if "kernel cache" in str(w.message)]
-    assert str(blocked / "kernels") in message and "EMBER_CACHE_DIR" in message
+    # One warning says why and where ember went instead; the kernels went there.
+    (message,) = [str(w.message) for w in caught if "cache folder" in str(w.message)]
+    fallback = tmp_path / "xdg" / "ember"
+    assert f"{blocked} cannot be used: it is not a folder" in message
+    assert f"uses {fallback} instead" in message
+    assert list((fallback / "kernels").glob("*.so"))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import ember
-from ember_runtime import ArtifactStore
+from ember_runtime import ArtifactStore, open_cache
 
 _RUN = """
 import json, warnings, torch, ember
@@ -108,9 +108,11 @@ def test_an_entry_that_passes_its_checksum_but_does_not_load_is_removed(tmp_path
     x = torch.randn(3, 4)
     compiled = ember.compile(double_then_sum, options={"cache_dir": tmp_path})
     compiled(x)
-    graphs, meta = ArtifactStore(tmp_path / "graphs"), ArtifactStore(tmp_path / "meta")
-    # Whole files that hold no cached graph and no meta results (a writer of
-    # another format): the checksum cannot tell.
+    trust = open_cache(tmp_path)  # the folder's own secret: tags that verify
+    graphs = ArtifactStore(tmp_path / "graphs", trust=trust)
+    meta = ArtifactStore(tmp_path / "meta", trust=trust)
+    # Whole, tagged files that hold no cached graph and no meta results (a
+    # writer of another format): neither the checksum nor the tag can tell.
     [graph_key], [meta_key] = graphs.stored_keys(), meta.stored_keys()
     graphs.put(graph_key, b"\x04\x00\x00\x00nope")
     meta.put(meta_key, json.dumps({"[]": ["new", "not a shape"]}).encode())

@@ -53,7 +53,7 @@ def test_damaged_entry_is_deleted_with_a_warning_and_never_loaded(tmp_path, dama
 
 
 def test_least_recently_used_entries_are_evicted_first(tmp_path):
-    store = ArtifactStore(tmp_path, max_bytes=800)  # three 200-byte entries fit
+    store = ArtifactStore(tmp_path, max_bytes=900)  # three 200-byte entries fit
     for name in "abc":
         store.put(key(name), payload(name, 200))
     assert store.get(key("a")) is not None  # a is now the most recently used

@@ -3,10 +3,11 @@
 ``compile_graph(gm, example_inputs, target="auto")`` is the entry. Its layers are
 public for downstream compilers: ``lower_graph`` (aten graph -> loop IR),
 ``schedule`` (fusion into kernels), ``plan_memory``, ``emit_source`` (C++) and
-``load_library`` (compile, cache, load); see docs/codegen.md.
+``load_library`` (compile, cache, load; ``KeySigner`` vouches for cached kernels);
+see docs/codegen.md.
 """
 
-from .build import load_library
+from .build import KeySigner, Signer, load_library
 from .compile import TARGETS, compile_graph
 from .compiled import CompiledGraph
 from .cpp import emit_source
@@ -25,6 +26,8 @@ __all__ = [
     "CodegenError",
     "CompiledGraph",
     "KernelInfo",
+    "KeySigner",
+    "Signer",
     "compile_graph",
     "emit_source",
     "format_ir",

@@ -1,30 +1,42 @@
 """Compile a C++ translation unit with the system compiler, cache the shared
 object on disk under a hash of (source, flags, compiler version, CPU), and load it
-with ctypes. Writers go through temporary files and atomic renames; a checksum file
-beside each shared object vouches for it, and one that does not match (a crash or a
-full disk left it short, or something changed it) is removed with a warning and
-compiled again, never loaded. docs/codegen.md ("Build and cache") has the reasons.
+with ctypes. Compiling and loading happen in a folder private to the process; the
+cache holds copies, each with a checksum file (a crash or a full disk left it
+short) and a tag file (a MAC only the cache's writers can make), and one that
+fails either is removed with a warning and compiled again, never loaded.
+docs/codegen.md ("Build and cache") has the reasons.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import errno
 import fcntl
 import functools
 import hashlib
+import hmac
+import itertools
+import logging
 import os
 import platform
+import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from .errors import CodegenError
 from .locations import replace_locations
+
+log = logging.getLogger("ember.kernel_cache")
 
 # -fno-math-errno and -fno-trapping-math change no result (torch never reads
 # errno or FP traps) but let loops with sqrt and selects vectorize (without the
@@ -55,12 +67,37 @@ CXX_FLAGS = (
 WIDE_VECTOR_FLAGS = ("-mprefer-vector-width=512",)
 
 _loaded: dict[str, ctypes.CDLL] = {}
+# In every key: files written before tag files existed are never looked up.
+_FILES_FORMAT = "so+sha256+tag"
 
 
-def default_cache_dir() -> Path:
-    """$EMBER_CACHE_DIR/kernels, else ~/.cache/ember/kernels."""
-    root = os.environ.get("EMBER_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "ember") / "kernels"
+class Signer(Protocol):
+    """What vouches for the kernel files in a cache folder: ``tag(name, data)``
+    is a MAC (HMAC-SHA256) made with a secret that only the folder's writers
+    hold; ``file_mode`` the permission bits of the files written there.
+    ``ember_runtime``'s CacheTrust is one."""
+
+    file_mode: int
+
+    def tag(self, name: str, data: bytes) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class KeySigner:
+    """A Signer over ``secret``. The default one's secret lives as long as the
+    process, so kernels compiled by other processes are never loaded; give
+    processes that share a folder one secret (or ember_runtime's CacheTrust)."""
+
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    file_mode: int = 0o600
+
+    def tag(self, name: str, data: bytes) -> bytes:
+        mac = hmac.new(self.secret, name.encode() + b"\0", hashlib.sha256)
+        mac.update(data)
+        return mac.digest()
+
+
+PROCESS_SIGNER = KeySigner()
 
 
 @functools.cache
@@ -117,30 +154,40 @@ def cache_key(source: str, locations: Sequence[str] = ()) -> str:
     version = compiler[1] if compiler else "none"
     placeholders = {loc: f"\0location {i}\0" for i, loc in enumerate(locations)}
     code = replace_locations(source, placeholders)
-    text = "\0".join([code, " ".join(cxx_flags()), version, _cpu()])
+    text = "\0".join([_FILES_FORMAT, code, " ".join(cxx_flags()), version, _cpu()])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def load_library(
-    source: str, cache_dir: Path | None = None, locations: Sequence[str] = ()
+    source: str,
+    cache_dir: Path | None = None,
+    locations: Sequence[str] = (),
+    signer: Signer | None = None,
 ) -> tuple[ctypes.CDLL, Path]:
-    """The loaded shared object for ``source``, compiled unless on disk already.
+    """The loaded shared object for ``source`` and its file in ``cache_dir``,
+    compiled unless the cache holds it already.
 
-    ``locations``: see ``cache_key``. A shared object on disk is loaded only if it
-    matches its checksum file; a damaged one is removed with a warning and compiled
-    again. Raises CodegenError naming the source file and the compiler's message
-    when compilation fails, and when the cache folder cannot be written.
+    ``locations``: see ``cache_key``. ``cache_dir`` None is a folder private to
+    this process. A shared object in the cache is loaded only if it matches its
+    checksum file (else it is damaged) and its tag file (``signer``'s tag; else
+    someone without the secret wrote it), and only from a private copy of the
+    bytes that were checked; one that fails is removed with a warning and
+    compiled again. Compiling happens in a private folder too, so nothing another
+    user can write is compiled or loaded. Raises CodegenError naming the source
+    file and the compiler's message when compilation fails.
     """
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    signer = signer if signer is not None else PROCESS_SIGNER
+    cache_dir = Path(cache_dir) if cache_dir is not None else _private() / "kernels"
     key = cache_key(source, locations)
     so_path = cache_dir / f"{key}.so"
     if str(so_path) in _loaded:
         return _loaded[str(so_path)], so_path
+    data = _verified(so_path, signer)
     for compiled_now in (False, True):
-        if compiled_now or not _verified(so_path):
-            _compile(source, cache_dir, key)
+        if compiled_now or data is None:
+            data = _compile(source, cache_dir, key, signer)
         try:
-            lib = ctypes.CDLL(str(so_path))
+            lib = _load(data, key)
             break
         except OSError as e:
             # Whole, yet it does not load (a library it links is gone): once
@@ -149,7 +196,7 @@ def load_library(
                 raise CodegenError(
                     f"the compiled kernels {so_path} cannot be loaded: {e}"
                 ) from e
-            with _locked(cache_dir):
+            with contextlib.suppress(OSError), _locked(cache_dir, signer):
                 _remove(so_path, f"it cannot be loaded: {e}")
     _loaded[str(so_path)] = lib
     return lib, so_path
@@ -159,63 +206,80 @@ def load_library(
 #   <key>.cpp     the source last compiled under <key> (named by compiler errors)
 #   <key>.so      the shared object
 #   <key>.sha256  its SHA-256, as `sha256sum` writes it (`sha256sum -c` checks it)
+#   <key>.tag     the signer's tag over the key and the shared object, in hex
 #   .lock         writers, and removers of damaged files, hold an flock on it
 
-_ABSENT = "absent"
+_SIDECARS = (".sha256", ".tag")
+_UNTRUSTED = (
+    "its tag does not verify: it was not compiled with this cache's secret "
+    "(by another user, or with another EMBER_CACHE_KEY)"
+)
 
 
-def _checksum_path(so_path: Path) -> Path:
-    return so_path.with_suffix(".sha256")
+def _verified(so_path: Path, signer: Signer) -> bytes | None:
+    """The bytes of ``so_path`` if they are whole and tagged by ``signer``.
 
-
-def _verified(so_path: Path) -> bool:
-    """Whether ``so_path`` holds a whole shared object that this cache wrote.
-
-    The one place that checks a kernel file before it is loaded. A damaged one
-    is removed, with its checksum file, and a warning; False then, as when there
-    is none."""
-    problem = _damage(so_path)
-    if problem is None or problem == _ABSENT:
-        return problem is None
-    with _locked(so_path.parent):
-        problem = _damage(so_path)  # a writer may have just replaced both files
-        if problem is None or problem == _ABSENT:
-            return problem is None
-        _remove(so_path, problem)
-    return False
-
-
-def _damage(so_path: Path) -> str | None:
-    """None when ``so_path`` matches its checksum file, else what is wrong
-    (``_ABSENT`` when there is no shared object)."""
+    The one place that checks a kernel file before it is loaded. One that fails
+    is removed, with its checksum and tag files, and a warning; None then, as
+    when there is none."""
+    found = _check(so_path, signer)
+    if not isinstance(found, str):
+        return found
     try:
-        data = so_path.read_bytes()
-    except FileNotFoundError:
-        return _ABSENT
-    except OSError as e:
-        return f"it cannot be read: {e}"
+        with _locked(so_path.parent, signer):
+            found = _check(so_path, signer)  # a writer may have just replaced it
+            if isinstance(found, str):
+                _remove(so_path, found)
+    except OSError:  # a folder we cannot lock: compile privately instead
+        return None
+    return found if isinstance(found, bytes) else None
+
+
+def _check(so_path: Path, signer: Signer) -> bytes | str | None:
+    """The bytes of ``so_path`` when its checksum and tag files vouch for them,
+    None when there is no shared object, else what is wrong."""
     try:
-        recorded = _checksum_path(so_path).read_text(errors="replace").split()
-    except FileNotFoundError:
-        return "its checksum file is missing"
+        data = _read(so_path)
+        recorded = _read(so_path.with_suffix(".sha256")).decode(errors="replace")
+        tag = _read(so_path.with_suffix(".tag")).decode(errors="replace").strip()
+    except FileNotFoundError as e:
+        return None if str(e.filename) == str(so_path) else f"{e.filename} is missing"
     except OSError as e:
-        return f"its checksum file cannot be read: {e}"
-    if recorded[:1] != [hashlib.sha256(data).hexdigest()]:
+        if e.errno == errno.ELOOP:
+            return f"{e.filename} is a symbolic link, which is never followed"
+        return f"{e.filename} cannot be read as a file: {e.strerror or e}"
+    if recorded.split()[:1] != [hashlib.sha256(data).hexdigest()]:
         return f"{len(data)} bytes that do not match their checksum"
-    return None
+    if not hmac.compare_digest(signer.tag(_tag_name(so_path), data).hex(), tag):
+        return _UNTRUSTED
+    return data
+
+
+def _read(path: Path) -> bytes:
+    """A regular file's bytes, never through a symbolic link (ELOOP)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EISDIR, "not a regular file", str(path))
+        return f.read()
+
+
+def _tag_name(so_path: Path) -> str:
+    return f"kernel {so_path.name}"
 
 
 def _remove(so_path: Path, problem: str) -> None:
-    """Deletes a damaged shared object and its checksum file (the caller holds
-    the lock), and warns once, naming what was removed."""
+    """Deletes a rejected shared object and its checksum and tag files (the
+    caller holds the lock), and warns once, naming what was removed."""
     removed = []
-    for path in (so_path, _checksum_path(so_path)):
+    for path in (so_path, *(so_path.with_suffix(s) for s in _SIDECARS)):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed.append(str(path))
     if removed:
+        state = "not trusted" if problem == _UNTRUSTED else "damaged"
         warnings.warn(
-            f"ember: the compiled kernels {so_path} are damaged ({problem}); "
+            f"ember: the compiled kernels {so_path} are {state} ({problem}); "
             f"removed {', '.join(removed)}; they will be compiled again",
             stacklevel=_user_stacklevel(),
         )
@@ -231,80 +295,121 @@ def _user_stacklevel() -> int:
 
 
 @contextlib.contextmanager
-def _locked(cache_dir: Path) -> Iterator[None]:
+def _locked(cache_dir: Path, signer: Signer) -> Iterator[None]:
     # flock locks belong to the open file description, so each holder opens the
     # file itself: threads of one process exclude each other as processes do.
-    # Closing the file releases the lock.
+    # Closing the file releases the lock. O_RDONLY suffices for flock, so every
+    # member of a shared cache's group can take it.
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(cache_dir / ".lock", flags, signer.file_mode)
     try:
-        with open(cache_dir / ".lock", "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-    except OSError as e:
-        raise _unwritable(cache_dir, e) from e
+        st = os.fstat(fd)  # the umask narrowed the mode of one made just now
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != signer.file_mode:
+            os.fchmod(fd, signer.file_mode)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
-def _unwritable(cache_dir: Path, e: OSError) -> CodegenError:
-    return CodegenError(
-        f"the kernel cache folder {cache_dir} cannot be written ({e}); point "
-        f"cache_dir (EMBER_CACHE_DIR for ember) at a writable folder"
-    )
+_private_folders: dict[int, Path] = {}
 
 
-def _temp_file(folder: Path, key: str, suffix: str, data: bytes = b"") -> str:
-    """A new file ``<key>.<random><suffix>`` in ``folder`` holding ``data``;
-    removed again if writing it fails."""
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{key}.", suffix=suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return tmp
+def _private() -> Path:
+    """This process's own folder (0700, removed at exit): kernels compile and
+    load here, where no other user can change a file between check and use. A
+    forked child makes its own, and never removes its parent's."""
+    pid = os.getpid()
+    folder = _private_folders.get(pid)
+    if folder is None or not folder.is_dir():
+        folder = _private_folders[pid] = Path(tempfile.mkdtemp(prefix="ember-kernels-"))
+        atexit.register(_remove_private, pid, folder)
+    return folder
 
 
-def _compile(source: str, cache_dir: Path, key: str) -> None:
-    """Compiles ``source`` into ``<key>.so`` and its checksum file, each written
-    whole under a temporary name and renamed into place."""
+def _remove_private(pid: int, folder: Path) -> None:
+    if os.getpid() == pid:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_copies = itertools.count()
+
+
+def _load(data: bytes, key: str) -> ctypes.CDLL:
+    """Loads checked bytes from a private copy. Each copy has a new name: the
+    dynamic loader returns an already loaded library for a name it has seen."""
+    path = _private() / f"{key}.{next(_copies)}.so"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return ctypes.CDLL(str(path))
+
+
+def _compile(source: str, cache_dir: Path, key: str, signer: Signer) -> bytes:
+    """Compiles ``source`` in a private folder and returns the shared object;
+    stores it in ``cache_dir`` (source, shared object, checksum and tag, each
+    written whole under a temporary name and renamed into place) when the
+    folder can be written."""
     compiler = find_compiler()
     if compiler is None:
         raise CodegenError(
             "no C++ compiler found (set $CXX or install g++); use target='torch'"
         )
-    so_path = cache_dir / f"{key}.so"
-    cpp_path = cache_dir / f"{key}.cpp"
-    temps: list[str] = []
+    work = Path(tempfile.mkdtemp(dir=_private(), prefix=f"{key}."))
     try:
-        try:
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            temps.append(_temp_file(cache_dir, key, ".cpp.tmp", source.encode()))
-            os.replace(temps[-1], cpp_path)
-            temps.append(_temp_file(cache_dir, key, ".so.tmp"))
-        except OSError as e:
-            raise _unwritable(cache_dir, e) from e
+        cpp_path = work / f"{key}.cpp"
+        cpp_path.write_text(source)
+        shown = _publish(cache_dir, {".cpp": source.encode()}, key, signer)
+        out = work / f"{key}.so"
         done = subprocess.run(
-            [compiler[0], *cxx_flags(), str(cpp_path), "-o", temps[-1]],
+            [compiler[0], *cxx_flags(), str(cpp_path), "-o", str(out)],
             capture_output=True,
             text=True,
         )
         if done.returncode != 0:
             raise CodegenError(
-                f"C++ compilation of {cpp_path} failed ({compiler[1]}):\n"
-                f"{done.stderr.strip()}"
+                f"C++ compilation of {shown.get('.cpp', cpp_path)} failed "
+                f"({compiler[1]}):\n{done.stderr.strip()}"
             )
-        try:
-            digest = hashlib.sha256(Path(temps[-1]).read_bytes()).hexdigest()
-            line = f"{digest}  {so_path.name}\n".encode()
-            temps.append(_temp_file(cache_dir, key, ".sha256.tmp", line))
-            # Both renames under the lock: a reader that finds the pair
-            # mismatched takes the lock and looks again before it calls the
-            # file damaged.
-            with _locked(cache_dir):
-                os.replace(temps[-2], so_path)
-                os.replace(temps[-1], _checksum_path(so_path))
-        except OSError as e:
-            raise _unwritable(cache_dir, e) from e
+        data = out.read_bytes()
     finally:
-        for tmp in temps:
+        shutil.rmtree(work, ignore_errors=True)
+    so_name = f"{key}.so"
+    files = {
+        ".so": data,
+        ".sha256": f"{hashlib.sha256(data).hexdigest()}  {so_name}\n".encode(),
+        ".tag": signer.tag(_tag_name(Path(so_name)), data).hex().encode(),
+    }
+    _publish(cache_dir, files, key, signer)
+    return data
+
+
+def _publish(
+    cache_dir: Path, files: dict[str, bytes], key: str, signer: Signer
+) -> dict[str, Path]:
+    """Writes ``<key><suffix>`` files into ``cache_dir``, renamed into place
+    together under the lock (a reader that finds them mismatched takes the lock
+    and looks again before it calls them damaged). Returns what was written:
+    nothing when the folder cannot be written, as the cache only saves time."""
+    temps: dict[str, str] = {}
+    try:
+        if not cache_dir.is_dir():
+            os.makedirs(cache_dir, 0o700, exist_ok=True)
+        for suffix, data in files.items():
+            fd, temps[suffix] = tempfile.mkstemp(
+                dir=cache_dir, prefix=f"{key}.", suffix=f"{suffix}.tmp"
+            )
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), signer.file_mode)
+                f.write(data)
+        with _locked(cache_dir, signer):
+            for suffix, tmp in temps.items():
+                os.replace(tmp, cache_dir / f"{key}{suffix}")
+    except OSError as e:
+        log.debug("kernels not stored in %s: %s", cache_dir, e)
+        return {}
+    finally:
+        for tmp in temps.values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+    return {suffix: cache_dir / f"{key}{suffix}" for suffix in files}

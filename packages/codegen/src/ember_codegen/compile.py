@@ -20,7 +20,7 @@ from . import (  # noqa: F401 - register rules
     lower_reduce,
     lower_scatter,
 )
-from .build import find_compiler
+from .build import Signer, find_compiler
 from .compiled import CompiledGraph
 from .cpp import emit_source
 from .cpp_wrapper import emit_cpp_wrapper
@@ -45,6 +45,7 @@ def compile_graph(
     target: str = "auto",
     *,
     cache_dir: Path | None = None,
+    signer: Signer | None = None,
     check_inputs: bool = True,
 ) -> CompiledGraph:
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
@@ -52,9 +53,10 @@ def compile_graph(
     ``target`` is "auto" or one of TARGETS. The result is callable with inputs like
     ``example_inputs`` and exposes its source and the ops left to torch. The "cpp"
     target specializes on the inputs' sizes, strides and dtypes; other inputs run
-    through torch. ``cache_dir`` holds compiled kernels (default
-    $EMBER_CACHE_DIR/kernels or ~/.cache/ember/kernels). Raises CodegenError for a
-    graph that is not an aten graph or C++ that does not compile.
+    through torch. ``cache_dir`` holds compiled kernels, which are loaded only
+    if their tag verifies with ``signer`` (see ``load_library``; the defaults
+    keep them for this process only). Raises CodegenError for a graph that is
+    not an aten graph or C++ that does not compile.
 
     ``check_inputs=False`` drops the "cpp" wrapper's per-call check of each
     input's dtype, shape, strides and device. Pass it only when the caller
@@ -101,6 +103,7 @@ def compile_graph(
         wrapper.source,
         cache_dir,
         locations,
+        signer,
     )
 
 

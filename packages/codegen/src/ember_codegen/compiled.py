@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .build import load_library
+from .build import Signer, load_library
 from .cpp_wrapper import WRAPPER_HELPERS, KernelInfo
 from .locations import replace_locations
 from .wrapper import WRAPPER_GLOBALS
@@ -61,6 +61,7 @@ class CompiledGraph:
     torch_source: str = ""
     cache_dir: Path | None = None
     locations: tuple[str, ...] = ()
+    signer: Signer | None = field(default=None, repr=False)
     library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)
 
@@ -72,7 +73,9 @@ class CompiledGraph:
                 self.torch_source, fallback_ns, "torch wrapper"
             )
         if self.cpp_source:
-            lib, path = load_library(self.cpp_source, self.cache_dir, self.locations)
+            lib, path = load_library(
+                self.cpp_source, self.cache_dir, self.locations, self.signer
+            )
             object.__setattr__(self, "library_path", path)
             for info in self.kernels:
                 if info.kind == "loop":
@@ -134,9 +137,10 @@ class CompiledGraph:
         data: bytes,
         cache_dir: Path | None = None,
         locations: Mapping[str, str] | None = None,
+        signer: Signer | None = None,
     ) -> CompiledGraph:
-        """Rebuild from ``to_bytes()``; the C++ is loaded from ``cache_dir`` (the
-        default kernel cache when None) or compiled again if it is not there.
+        """Rebuild from ``to_bytes()``; the C++ is loaded from ``cache_dir`` when
+        its tag verifies with ``signer`` (see ``load_library``), or compiled again.
 
         ``locations`` maps each stored location to the one the sources name
         instead (where the code is now); the kernels are still the stored ones,
@@ -168,4 +172,5 @@ class CompiledGraph:
             moved(state["torch_source"]),
             cache_dir,
             tuple(dict.fromkeys(new.get(loc, loc) for loc in state["locations"])),
+            signer,
         )

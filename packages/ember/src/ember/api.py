@@ -20,7 +20,7 @@ import ember_capture
 from ember_runtime import Counters, Dispatcher
 
 from .backends import Backend, CompileLog, resolve_backend
-from .cache import MetaResultsCache
+from .cache import MetaResultsCache, trusted_cache
 from .config import Config
 from .convert import BreakReason, make_convert
 
@@ -100,7 +100,7 @@ class _Context:
         self.fullgraph = fullgraph
         self.config = config
         self.log = log
-        self.meta_cache = MetaResultsCache(config.cache_dir / "meta")
+        self.meta_cache = MetaResultsCache(trusted_cache(config))
         self.breaks: list[BreakReason] = []
         self._functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

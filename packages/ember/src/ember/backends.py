@@ -22,7 +22,14 @@ import ember_codegen
 from ember_codegen.locations import graph_locations, replace_locations
 from ember_runtime import Counters
 
-from .cache import CachedGraph, EntryKind, GraphCache, Uncacheable, graph_key
+from .cache import (
+    CachedGraph,
+    EntryKind,
+    GraphCache,
+    Uncacheable,
+    graph_key,
+    trusted_cache,
+)
 from .config import Config
 from .logs import warn_user
 
@@ -79,6 +86,8 @@ def _aot_eager(config: Config, log: CompileLog, counters: Counters) -> Backend:
 
 @register_backend("ember")
 def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
+    trust = trusted_cache(config)
+
     def make_compiler(notes: list[Note], guarded: bool) -> Compiler:
         def codegen(aten_gm, example_inputs):
             try:
@@ -87,7 +96,8 @@ def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
                         aten_gm,
                         example_inputs,
                         target=config.codegen_target,
-                        cache_dir=config.cache_dir / "kernels",
+                        cache_dir=trust.folder("kernels"),
+                        signer=trust,
                         # The guards already checked these inputs' metadata.
                         check_inputs=not guarded,
                     )
@@ -126,7 +136,8 @@ class _CachedAotBackend:
         self.config = config
         self.log = log
         self.counters = counters
-        self.cache = GraphCache(config.cache_dir / "graphs")
+        self.trust = trusted_cache(config)
+        self.cache = GraphCache(self.trust)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         try:
@@ -212,7 +223,10 @@ class _CachedAotBackend:
             if kind != b"codegen":
                 raise ValueError(f"unknown compiled-graph kind {kind!r}")
             compiled = ember_codegen.CompiledGraph.from_bytes(
-                payload, cache_dir=self.config.cache_dir / "kernels", locations=moved
+                payload,
+                cache_dir=self.trust.folder("kernels"),
+                locations=moved,
+                signer=self.trust,
             )
             loaded.append(compiled)
             return compiled

@@ -4,8 +4,9 @@ A key covers everything that decides what aotgrad and codegen make of a captured
 graph: its code and constants, the inputs' metadata and grad mode, the options, and
 the versions and sources of the software, and which of its nodes share a source
 line, but not the lines themselves: a hit names where the code is now. Entries live
-in ember_runtime's ArtifactStore (atomic, locked, checksummed, size-capped).
-docs/runtime.md ("The umbrella's graph cache") gives the reasons.
+in ember_runtime's ArtifactStore (atomic, locked, checksummed, tagged, size-capped),
+in the cache folder that ``trusted_cache`` vetted. docs/runtime.md ("The umbrella's
+graph cache") and docs/security.md give the reasons.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ import torch.fx
 
 import ember_capture
 from ember_codegen.locations import graph_locations
-from ember_runtime import ArtifactStore, cache_key, environment_versions
+from ember_runtime import (
+    ArtifactStore,
+    CacheTrust,
+    cache_key,
+    environment_versions,
+    open_cache,
+)
+
+from .config import Config, default_cache_dir
 
 DISTRIBUTIONS = (
     "ember",
@@ -261,11 +270,27 @@ class CachedGraph:
 _LENGTH = struct.Struct("<I")
 
 
-class GraphCache:
-    """CachedGraphs by key, in an ArtifactStore at ``root``."""
+def trusted_cache(config: Config) -> CacheTrust:
+    """``config.cache_dir`` with its folders (kernels, graphs, meta) checked by
+    the trust rules, or, with a warning, the user's own cache or a folder for
+    this process when it fails them (``ember_runtime.open_cache``; once per
+    process)."""
+    return open_cache(
+        config.cache_dir,
+        key=config.shared_key(),
+        fallback=default_cache_dir(),
+        folders=CACHE_FOLDERS,
+    )
 
-    def __init__(self, root: Path) -> None:
-        self.store = ArtifactStore(root)
+
+CACHE_FOLDERS = ("kernels", "graphs", "meta")
+
+
+class GraphCache:
+    """CachedGraphs by key, in an ArtifactStore in ``trust``'s graphs folder."""
+
+    def __init__(self, trust: CacheTrust) -> None:
+        self.store = ArtifactStore(trust.folder("graphs"), trust=trust)
 
     def load(
         self, key: str, rebuild: Callable[[CachedGraph], object]
@@ -305,8 +330,8 @@ class MetaResultsCache:
     function's place in the user's code (only to choose what to load) and the
     environment; an edited function at most misses."""
 
-    def __init__(self, root: Path) -> None:
-        self.store = ArtifactStore(root)
+    def __init__(self, trust: CacheTrust) -> None:
+        self.store = ArtifactStore(trust.folder("meta"), trust=trust)
         self._known: dict[str, set[str]] = {}  # key -> entries loaded or stored
 
     def load(self, fn: types.FunctionType) -> None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 
-def _default_cache_dir() -> Path:
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/ember, else ~/.cache/ember: the user's own cache, and
+    where ember goes when the configured folder is not safe to use."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "ember"
 
@@ -25,7 +28,12 @@ class Config:
     # Compiled entries kept per function before further misses run eagerly.
     recompile_limit: int = 8
     # Where on-disk artifacts (compiled kernels, cached graphs) are kept.
-    cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
+    cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
+    # A team's shared secret (at least 16 characters), or a file holding it:
+    # with one, cache_dir may be a folder the team's group can write, and only
+    # entries tagged with the secret are loaded (docs/security.md).
+    cache_key: str | None = dataclasses.field(default=None, repr=False)
+    cache_key_file: Path | None = None
     # codegen target for the "ember" backend: "auto" or one ember_codegen.TARGETS key.
     codegen_target: str = "auto"
 
@@ -43,17 +51,60 @@ class Config:
                 raise ValueError(
                     f"unknown ember option {key!r}; valid options: {valid}"
                 )
-            values[key] = Path(value) if key == "cache_dir" else value
+            values[key] = Path(value) if key in _PATHS and value else value
         config = cls(**values)
         limit = config.recompile_limit
         if not isinstance(limit, int) or limit < 1:
             raise ValueError(f"recompile_limit must be a positive int, not {limit!r}")
+        config.shared_key()  # a key that cannot be used fails here, not mid-call
         return config
 
+    def shared_key(self) -> bytes | None:
+        """The team's secret from ``cache_key`` or ``cache_key_file``, or None.
+        Raises ValueError for one too short to resist guessing, and for a key
+        file that other users could read or write."""
+        if self.cache_key is not None and self.cache_key_file is not None:
+            raise ValueError("set cache_key or cache_key_file, not both")
+        if self.cache_key_file is not None:
+            key = _read_key_file(self.cache_key_file)
+            where = f"the key file {self.cache_key_file}"
+        elif self.cache_key:
+            key, where = self.cache_key.encode(), "EMBER_CACHE_KEY"
+        else:
+            return None
+        if len(key) < MIN_KEY_BYTES:
+            raise ValueError(
+                f"{where} holds {len(key)} bytes; a cache key needs at least "
+                f"{MIN_KEY_BYTES} (for example: python -c 'import secrets; "
+                f"print(secrets.token_hex(32))')"
+            )
+        return key
+
+
+MIN_KEY_BYTES = 16
+
+
+def _read_key_file(path: Path) -> bytes:
+    try:
+        mode = path.stat().st_mode
+        key = path.read_bytes().strip()
+    except OSError as e:
+        raise ValueError(f"the cache key file {path} cannot be read: {e}") from e
+    if mode & (stat.S_IROTH | stat.S_IWOTH):
+        raise ValueError(
+            f"the cache key file {path} can be read or written by every user; "
+            f"make it private to its owner and group (chmod o-rw {path})"
+        )
+    return key
+
+
+_PATHS = ("cache_dir", "cache_key_file")
 
 # field -> (environment variable, parser)
 ENVIRONMENT = {
     "recompile_limit": ("EMBER_RECOMPILE_LIMIT", int),
     "cache_dir": ("EMBER_CACHE_DIR", Path),
+    "cache_key": ("EMBER_CACHE_KEY", str),
+    "cache_key_file": ("EMBER_CACHE_KEY_FILE", Path),
     "codegen_target": ("EMBER_CODEGEN_TARGET", str),
 }

@@ -3,7 +3,8 @@
 ``Dispatcher(fn, convert)`` checks guards, runs the matching entry, converts on a
 miss and keeps counters and recompile reasons; ``compile_guards`` turns a GuardSpec
 into a fast check (C++ when built); ``ArtifactStore`` keeps compiled artifacts on
-disk across processes. See docs/runtime.md.
+disk across processes, in a folder ``open_cache`` vetted (``CacheTrust``: the
+trust rules and the entries' tags). See docs/runtime.md and docs/security.md.
 """
 
 from .counters import Counters
@@ -16,11 +17,13 @@ from .guards import (
     native_available,
 )
 from .store import ArtifactStore, cache_key, compiler_version, environment_versions
+from .trust import CacheTrust, UnsafeFolder, open_cache
 
 __version__ = "0.2.0"
 
 __all__ = [
     "ArtifactStore",
+    "CacheTrust",
     "Counters",
     "Dispatcher",
     "Entry",
@@ -29,10 +32,12 @@ __all__ = [
     "GuardSpec",
     "GuardedEntry",
     "TensorCheck",
+    "UnsafeFolder",
     "cache_key",
     "compile_guards",
     "compiler_version",
     "environment_versions",
     "native_available",
+    "open_cache",
     "user_stacklevel",
 ]

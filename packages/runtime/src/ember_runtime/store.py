@@ -1,15 +1,16 @@
 """The persistent artifact store: bytes on disk, content-addressed, shared by processes.
 
 Writes are atomic (temporary file, then os.replace), writers and evictors serialize
-on an fcntl lock file, every entry carries a SHA-256 of its payload so a truncated or
-corrupted file is deleted instead of loaded, and a size cap evicts the least recently
-used entries. docs/runtime.md has the layout and the reasons.
+on an fcntl lock file, every entry carries a SHA-256 of its payload (a truncated or
+corrupted file is deleted instead of loaded) and a tag made with the cache's secret
+(an entry someone else wrote is never returned), and a size cap evicts the least
+recently used entries. docs/runtime.md has the layout and the reasons.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import functools
 import hashlib
 import importlib.metadata
@@ -19,7 +20,6 @@ import re
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -28,15 +28,21 @@ from pathlib import Path
 import torch
 
 from .dispatcher import user_stacklevel
+from .trust import CacheTrust, locked, new_file, open_cache, read_file
 
-# Entry file: magic, format version, payload length, SHA-256 of the payload, payload.
+# Entry file: magic, format version, payload length, SHA-256 of the payload, the
+# tag (CacheTrust.tag over the key and the payload), payload.
 _MAGIC = b"EMBERART"
-_FORMAT = 1
-_HEADER = struct.Struct("<8sHQ32s")
+_FORMAT = 2
+_HEADER = struct.Struct("<8sHQ32s32s")
 _SUFFIX = ".art"
 _TMP_PREFIX = ".tmp-"
 _STALE_TMP_SECONDS = 3600  # a writer that died mid-write leaves its temp file
 _KEY = re.compile(r"[0-9a-f]{16,128}")
+UNTRUSTED = (
+    "its tag does not verify: it was not written with this cache's secret "
+    "(by another user, or with another EMBER_CACHE_KEY)"
+)
 
 DEFAULT_MAX_BYTES = 1 << 30
 
@@ -45,12 +51,24 @@ class ArtifactStore:
     """Bytes under ``root/artifacts``, one file per key, at most ``max_bytes`` in all.
 
     ``get``/``put`` are safe across threads and processes sharing ``root``. Keys are
-    lowercase hex strings (``cache_key`` makes them).
+    lowercase hex strings (``cache_key`` makes them). ``trust`` is the cache that
+    ``root`` lies in (it tags the entries and names the modes of what is created);
+    without it ``root`` itself is opened with ``open_cache``, and a root that fails
+    the trust rules is replaced by a private one, with a warning.
     """
 
-    def __init__(self, root: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        trust: CacheTrust | None = None,
+    ):
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be positive, not {max_bytes!r}")
+        if trust is None:
+            trust = open_cache(root)
+            root = trust.root
+        self.trust = trust
         self.root = Path(root)
         self.max_bytes = max_bytes
         self._dir = self.root / "artifacts"
@@ -64,17 +82,18 @@ class ArtifactStore:
     def get(self, key: str) -> bytes | None:
         """The payload stored under ``key``, or None if absent or damaged.
 
-        A damaged entry (truncated, wrong checksum, not an entry at all) is deleted
-        with a warning, so the caller compiles and stores it again. A hit marks the
-        entry as recently used.
+        A damaged entry (truncated, wrong checksum, not an entry at all, a
+        symbolic link) or one whose tag does not verify is deleted with a warning,
+        so the caller compiles and stores it again. A hit marks the entry as
+        recently used.
         """
         path = self.path(key)
-        payload = _read(path)
+        payload = self._read(key)
         if payload is None:
             return None
         if isinstance(payload, str):
             with self._locked():  # a writer may have replaced it since the read
-                payload = _read(path)
+                payload = self._read(key)
                 if isinstance(payload, str):
                     path.unlink(missing_ok=True)
                     _warn_damaged(path, payload)
@@ -90,7 +109,7 @@ class ArtifactStore:
         An entry that a writer has replaced since is kept."""
         path = self.path(key)
         with self._locked():
-            if _read(path) != payload:
+            if self._read(key) != payload:
                 return
             path.unlink(missing_ok=True)
         _warn_damaged(path, why)
@@ -100,22 +119,21 @@ class ArtifactStore:
         ``max_bytes``. Returns False, storing nothing, when the entry alone would
         exceed the cap."""
         path = self.path(key)
-        blob = _HEADER.pack(_MAGIC, _FORMAT, len(data), hashlib.sha256(data).digest())
+        digest = hashlib.sha256(data).digest()
+        tag = self.trust.tag(_tag_name(key), data)
+        blob = _HEADER.pack(_MAGIC, _FORMAT, len(data), digest, tag)
         if len(blob) + len(data) > self.max_bytes:
             return False
-        self._dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=_TMP_PREFIX)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.write(data)
-            _touch(Path(tmp))
+        self._make_dir()
+        mode = self.trust.file_mode
+        with new_file(self._dir, _TMP_PREFIX, "", mode) as (f, tmp):
+            f.write(blob)
+            f.write(data)
+            f.close()
+            _touch(tmp)
             with self._locked():
                 os.replace(tmp, path)
                 self._evict_locked()
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         return True
 
     def stored_keys(self) -> list[str]:
@@ -152,22 +170,32 @@ class ArtifactStore:
             return entries
         for path in self._dir.glob(f"*{_SUFFIX}"):
             with contextlib.suppress(FileNotFoundError):  # evicted meanwhile
-                st = path.stat()
+                st = path.lstat()
                 entries.append((path, st.st_size, st.st_mtime_ns))
         entries.sort(key=lambda e: (e[2], e[0].name))
         return entries
 
+    def _read(self, key: str) -> bytes | str | None:
+        """The payload; None if there is no file; why not if it is damaged or
+        its tag does not verify."""
+        found = _read(self.path(key))
+        if not isinstance(found, tuple):
+            return found
+        payload, tag = found
+        if not self.trust.verify(_tag_name(key), payload, tag):
+            return UNTRUSTED
+        return payload
+
+    def _make_dir(self) -> None:
+        for folder in (self.root, self._dir):
+            if not folder.is_dir():
+                self.trust.folder(*folder.relative_to(self.trust.root).parts)
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        # flock locks belong to the open file description, so each holder opens the
-        # file itself: threads of one process exclude each other as processes do.
-        self._dir.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a+b") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        self._make_dir()
+        with locked(self.root, self.trust.file_mode):
+            yield
 
 
 def cache_key(**parts: str | bytes) -> str:
@@ -217,15 +245,23 @@ def compiler_version(cxx: str | None = None) -> str:
     return f"{command}: {line}" if out.returncode == 0 else "none"
 
 
-def _read(path: Path) -> bytes | str | None:
-    """The payload; None if there is no file; a description if it is damaged."""
+def _tag_name(key: str) -> str:
+    return f"artifact {key}"
+
+
+def _read(path: Path) -> tuple[bytes, bytes] | str | None:
+    """(payload, tag); None if there is no file; why not if it is damaged."""
     try:
-        raw = path.read_bytes()
+        raw = read_file(path)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "it is a symbolic link, which is never followed"
+        return f"it cannot be read as a file: {e.strerror or e}"
     if len(raw) < _HEADER.size:
         return f"{len(raw)} bytes, shorter than the header"
-    magic, fmt, length, digest = _HEADER.unpack_from(raw)
+    magic, fmt, length, digest, tag = _HEADER.unpack_from(raw)
     if magic != _MAGIC or fmt != _FORMAT:
         return "not an ember artifact of this format"
     payload = raw[_HEADER.size :]
@@ -233,12 +269,13 @@ def _read(path: Path) -> bytes | str | None:
         return f"payload is {len(payload)} bytes, the header says {length}"
     if hashlib.sha256(payload).digest() != digest:
         return "checksum mismatch"
-    return payload
+    return payload, tag
 
 
 def _warn_damaged(path: Path, why: str) -> None:
+    state = "is not trusted" if why == UNTRUSTED else "is damaged"
     warnings.warn(
-        f"ember: the cache entry {path} is damaged ({why}); it was deleted and "
+        f"ember: the cache entry {path} {state} ({why}); it was deleted and "
         f"will be compiled again",
         stacklevel=user_stacklevel(),
     )
@@ -249,4 +286,4 @@ def _touch(path: Path) -> None:
     # coarse to order uses that follow each other closely.
     now = time.time_ns()
     with contextlib.suppress(FileNotFoundError):
-        os.utime(path, ns=(now, now))
+        os.utime(path, ns=(now, now), follow_symlinks=False)

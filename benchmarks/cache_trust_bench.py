@@ -1,0 +1,124 @@
+"""What the cache's trust checks cost: cold and warm first calls in new processes,
+and the checks alone.
+
+The demo block's first call in a new process with an empty cache folder (cold),
+then in new processes with the folder it filled (warm), median of repeats; with
+``--baseline SRC`` the same rows for another checkout of ember (its five
+packages' src folders put first on PYTHONPATH), e.g. one from before the checks,
+from the same run. Then, in this process on the warm folder, the checks alone:
+opening the cache (the trust rules and the secret, once per process) and
+verifying every entry's tag. Run: python benchmarks/cache_trust_bench.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from overhead_bench import _FIRST_CALL
+
+import ember_runtime.trust
+from ember.cache import CACHE_FOLDERS
+from ember.config import default_cache_dir
+from ember_runtime import ArtifactStore
+
+PACKAGES = ("capture", "aotgrad", "codegen", "runtime", "ember")
+
+
+def first_call_ms(cache_dir: str, pythonpath: str | None) -> float:
+    """The demo block's first call in a new process, in milliseconds."""
+    env = dict(os.environ, EMBER_CACHE_DIR=cache_dir)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_CALL, "plain"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]["first"] * 1e3
+
+
+def first_calls(name: str, pythonpath: str | None, warm_repeats: int) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = str(Path(tmp) / "cache")
+        cold = first_call_ms(cache, pythonpath)
+        warm = [first_call_ms(cache, pythonpath) for _ in range(warm_repeats)]
+    return [name, f"{cold:.0f}", f"{statistics.median(warm):.1f}"]
+
+
+def checks_alone(repeats: int) -> list[list[str]]:
+    """Opening the cache and verifying each entry's tag, timed in-process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "cache"
+        first_call_ms(str(cache), None)  # fill it
+        open_uncached = ember_runtime.trust._open_cache.__wrapped__
+        args = (cache, None, default_cache_dir(), CACHE_FOLDERS)
+        opened = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            trust = open_uncached(*args)
+            opened.append(time.perf_counter() - start)
+        files = [
+            (f"kernel {so.name}", so.read_bytes(), so.with_suffix(".tag").read_text())
+            for so in (cache / "kernels").glob("*.so")
+        ]
+        stores = [ArtifactStore(cache / n, trust=trust) for n in ("graphs", "meta")]
+        keys = [(store, key) for store in stores for key in store.stored_keys()]
+        verified = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for name, data, tag in files:
+                assert trust.verify(name, data, bytes.fromhex(tag))
+            for store, key in keys:
+                assert store.get(key) is not None
+            verified.append(time.perf_counter() - start)
+    nbytes = sum(len(data) for _, data, _ in files)
+    return [
+        ["open the cache: rules, folders, secret", f"{median_ms(opened):.2f}"],
+        [
+            f"tags of {len(files)} kernel libraries ({nbytes // 1024} KiB) "
+            f"and read + check of {len(keys)} entries",
+            f"{median_ms(verified):.2f}",
+        ],
+    ]
+
+
+def median_ms(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", help="root of another ember checkout")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    print("| demo block, first call in a new process | cold ms | warm ms (median) |")
+    print("|---|---|---|")
+    rows = [first_calls("this checkout", None, args.repeats)]
+    if args.baseline:
+        path = os.pathsep.join(
+            str(Path(args.baseline) / "packages" / p / "src") for p in PACKAGES
+        )
+        rows.append(first_calls(f"baseline {args.baseline}", path, args.repeats))
+        rows.append(first_calls("this checkout, again", None, args.repeats))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+    print("| the checks alone, on the warm folder | ms (median) |")
+    print("|---|---|")
+    for row in checks_alone(args.repeats * 3):
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
