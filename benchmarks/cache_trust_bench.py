@@ -5,9 +5,10 @@ The demo block's first call in a new process with an empty cache folder (cold),
 then in new processes with the folder it filled (warm), median of repeats; with
 ``--baseline SRC`` the same rows for another checkout of ember (its five
 packages' src folders put first on PYTHONPATH), e.g. one from before the checks,
-from the same run. Then, in this process on the warm folder, the checks alone:
-opening the cache (the trust rules and the secret, once per process) and
-verifying every entry's tag. Run: python benchmarks/cache_trust_bench.py
+its warm runs taking turns with this checkout's. Then, in this process on the
+warm folder, the checks alone: opening the cache (the trust rules and the
+secret, once per process) and verifying every entry's tag.
+Run: python benchmarks/cache_trust_bench.py [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -47,12 +48,20 @@ def first_call_ms(cache_dir: str, pythonpath: str | None) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]["first"] * 1e3
 
 
-def first_calls(name: str, pythonpath: str | None, warm_repeats: int) -> list[str]:
+def first_calls(paths: dict[str, str | None], warm_repeats: int) -> list[list[str]]:
+    """Per checkout: the cold first call, and the median warm one; the warm runs
+    take turns between checkouts, so load on the machine falls on all alike."""
     with tempfile.TemporaryDirectory() as tmp:
-        cache = str(Path(tmp) / "cache")
-        cold = first_call_ms(cache, pythonpath)
-        warm = [first_call_ms(cache, pythonpath) for _ in range(warm_repeats)]
-    return [name, f"{cold:.0f}", f"{statistics.median(warm):.1f}"]
+        caches = {name: str(Path(tmp) / str(i)) for i, name in enumerate(paths)}
+        cold = {name: first_call_ms(caches[name], paths[name]) for name in paths}
+        warm: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(warm_repeats):
+            for name in paths:
+                warm[name].append(first_call_ms(caches[name], paths[name]))
+    return [
+        [name, f"{cold[name]:.0f}", f"{statistics.median(warm[name]):.1f}"]
+        for name in paths
+    ]
 
 
 def checks_alone(repeats: int) -> list[list[str]]:
@@ -104,13 +113,12 @@ def main() -> None:
 
     print("| demo block, first call in a new process | cold ms | warm ms (median) |")
     print("|---|---|---|")
-    rows = [first_calls("this checkout", None, args.repeats)]
+    paths: dict[str, str | None] = {"this checkout": None}
     if args.baseline:
-        path = os.pathsep.join(
+        paths[f"baseline {args.baseline}"] = os.pathsep.join(
             str(Path(args.baseline) / "packages" / p / "src") for p in PACKAGES
         )
-        rows.append(first_calls(f"baseline {args.baseline}", path, args.repeats))
-        rows.append(first_calls("this checkout, again", None, args.repeats))
+    rows = first_calls(paths, args.repeats)
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print()
