@@ -22,7 +22,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from . import builtin_calls
+from . import behaviour, builtin_calls
 from .guards import AUTOCAST_DEVICES as DEVICE_TYPES
 from .guards import AutocastState
 from .variables import AutocastExitValue, AutocastValue, Value
@@ -165,12 +165,10 @@ def _lower(t: OnDevice) -> torch.Tensor:
 
 def _construct(cls: type) -> Callable[..., Value]:
     def handler(tx: Interpreter, *args: Value, **kwargs: Value) -> Value:
-        from .calls import constant  # calls imports this module
-
         # The real object resolves defaults and refuses what eager refuses.
         real = cls(
-            *(constant(tx, a) for a in args),
-            **{k: constant(tx, v) for k, v in kwargs.items()},
+            *(behaviour.constant(tx, a) for a in args),
+            **{k: behaviour.constant(tx, v) for k, v in kwargs.items()},
         )
         return value_of(real)
 

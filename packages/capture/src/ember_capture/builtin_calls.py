@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import calls
+from . import behaviour, grad_mode
 from .guards import Guard, GuardKind
 from .source import HasAttrSource, ModuleEntrySource, NamedMembersSource
 from .variables import (
@@ -75,13 +75,13 @@ def _len(tx, obj: Value) -> Value:
             raise tx.unsupported("len() of a 0-d tensor")
         return ConstValue(obj.meta.shape[0])
     if isinstance(obj, ModuleValue):
-        return ConstValue(calls.guarded_len(tx, obj))
-    return ConstValue(len(calls.constant(tx, obj)))
+        return ConstValue(behaviour.guarded_len(tx, obj))
+    return ConstValue(len(behaviour.constant(tx, obj)))
 
 
 @handles(builtins.isinstance)
 def _isinstance(tx, obj: Value, classes: Value) -> Value:
-    return ConstValue(issubclass(python_type(obj), calls.constant(tx, classes)))
+    return ConstValue(issubclass(python_type(obj), behaviour.constant(tx, classes)))
 
 
 @handles(builtins.type)
@@ -105,11 +105,11 @@ def python_type(v: Value) -> type:
 
 @handles(builtins.getattr)
 def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value:
-    attr = calls.constant(tx, name)
+    attr = behaviour.constant(tx, name)
     if default is None:
-        return calls.get_attr(tx, obj, attr)
+        return behaviour.get_attr(tx, obj, attr)
     try:
-        return calls.get_attr(tx, obj, attr)
+        return behaviour.get_attr(tx, obj, attr)
     except AttributeError:
         _guard_missing(tx, obj, attr)
         return default
@@ -117,9 +117,9 @@ def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value
 
 @handles(builtins.hasattr)
 def _hasattr(tx, obj: Value, name: Value) -> Value:
-    attr = calls.constant(tx, name)
+    attr = behaviour.constant(tx, name)
     try:
-        calls.get_attr(tx, obj, attr)
+        behaviour.get_attr(tx, obj, attr)
     except AttributeError:
         _guard_missing(tx, obj, attr)
         return ConstValue(False)
@@ -137,13 +137,13 @@ def _guard_missing(tx, obj: Value, attr: str) -> None:
 def _iter(tx, obj: Value) -> Value:
     if isinstance(obj, (IteratorValue, GeneratorValue)):
         return obj
-    return IteratorValue(calls.iterate(tx, obj))
+    return IteratorValue(behaviour.iterate(tx, obj))
 
 
 @handles(builtins.next)
 def _next(tx, it: Value, default: Value | None = None) -> Value:
     if not isinstance(it, (IteratorValue, GeneratorValue)):
-        raise tx.unsupported(f"next() of a {calls.describe_value(it)}")
+        raise tx.unsupported(f"next() of a {behaviour.describe_value(it)}")
     item = it.next()
     if item is None:
         if default is None:
@@ -154,12 +154,12 @@ def _next(tx, it: Value, default: Value | None = None) -> Value:
 
 @handles(builtins.list)
 def _list(tx, obj: Value | None = None) -> Value:
-    return ListValue([] if obj is None else calls.iterate(tx, obj))
+    return ListValue([] if obj is None else behaviour.iterate(tx, obj))
 
 
 @handles(builtins.tuple)
 def _tuple(tx, obj: Value | None = None) -> Value:
-    return TupleValue(() if obj is None else tuple(calls.iterate(tx, obj)))
+    return TupleValue(() if obj is None else tuple(behaviour.iterate(tx, obj)))
 
 
 @handles(builtins.dict)
@@ -169,17 +169,17 @@ def as_dict(tx, obj: Value | None = None, **kwargs: Value) -> DictValue:
     if isinstance(obj, DictValue):
         items.update(obj.items)
     elif obj is not None:
-        for pair in calls.iterate(tx, obj):
-            k, v = calls.iterate(tx, pair)
-            items[calls.key(tx, k)] = v
+        for pair in behaviour.iterate(tx, obj):
+            k, v = behaviour.iterate(tx, pair)
+            items[behaviour.key(tx, k)] = v
     items.update(kwargs)
     return DictValue(items)
 
 
 @handles(builtins.zip)
 def _zip(tx, *iterables: Value, strict: Value | None = None) -> Value:
-    columns = [calls.iterate(tx, it) for it in iterables]
-    strict_on = strict is not None and calls.constant(tx, strict)
+    columns = [behaviour.iterate(tx, it) for it in iterables]
+    strict_on = strict is not None and behaviour.constant(tx, strict)
     if strict_on and len({len(c) for c in columns}) > 1:
         raise tx.unsupported("zip(strict=True) over different lengths")
     return IteratorValue([TupleValue(row) for row in zip(*columns)])
@@ -187,8 +187,8 @@ def _zip(tx, *iterables: Value, strict: Value | None = None) -> Value:
 
 @handles(builtins.enumerate)
 def _enumerate(tx, iterable: Value, start: Value | None = None) -> Value:
-    first = 0 if start is None else calls.constant(tx, start)
-    items = calls.iterate(tx, iterable)
+    first = 0 if start is None else behaviour.constant(tx, start)
+    items = behaviour.iterate(tx, iterable)
     return IteratorValue(
         [TupleValue((ConstValue(first + i), v)) for i, v in enumerate(items)]
     )
@@ -196,26 +196,26 @@ def _enumerate(tx, iterable: Value, start: Value | None = None) -> Value:
 
 @handles(builtins.reversed)
 def _reversed(tx, seq: Value) -> Value:
-    return IteratorValue(list(reversed(calls.iterate(tx, seq))))
+    return IteratorValue(list(reversed(behaviour.iterate(tx, seq))))
 
 
 @handles(builtins.sum)
 def _sum(tx, iterable: Value, start: Value | None = None) -> Value:
     total = ConstValue(0) if start is None else start
-    for item in calls.iterate(tx, iterable):
-        total = calls.call(tx, ConstValue(operator.add), [total, item], {})
+    for item in behaviour.iterate(tx, iterable):
+        total = behaviour.call(tx, ConstValue(operator.add), [total, item], {})
     return total
 
 
 def _min_max(fn: Callable) -> Callable[..., Value]:
     def handler(tx, *args: Value, **kwargs: Value) -> Value:
-        items = calls.iterate(tx, args[0]) if len(args) == 1 else list(args)
+        items = behaviour.iterate(tx, args[0]) if len(args) == 1 else list(args)
         if any(isinstance(i, TensorValue) for i in items):
             raise tx.unsupported(
                 f"{fn.__name__}() over tensors (it compares their data)",
                 "use torch.minimum / torch.maximum",
             )
-        return calls.fold(tx, fn, [TupleValue(tuple(items))], kwargs)
+        return behaviour.fold(tx, fn, [TupleValue(tuple(items))], kwargs)
 
     return handler
 
@@ -224,7 +224,7 @@ def _any_all(fn: Callable) -> Callable[..., Value]:
     # Stops at the deciding item, like the builtin: a generator is not drained.
     def handler(tx, iterable: Value) -> Value:
         it = _iter(tx, iterable)
-        return ConstValue(fn(calls.truth(tx, i) for i in iter(it.next, None)))
+        return ConstValue(fn(behaviour.truth(tx, i) for i in iter(it.next, None)))
 
     return handler
 
@@ -237,7 +237,7 @@ for _fn in (builtins.any, builtins.all):
 
 @handles(builtins.abs)
 def _abs(tx, obj: Value) -> Value:
-    return calls.call(tx, ConstValue(operator.abs), [obj], {})
+    return behaviour.call(tx, ConstValue(operator.abs), [obj], {})
 
 
 @handles(builtins.print)
@@ -252,12 +252,12 @@ def _print(tx, *args: Value, **kwargs: Value) -> Value:
 def _super(tx, *args: Value) -> Value:
     if args:
         cls, receiver = args
-        return SuperValue(calls.constant(tx, cls), receiver)
+        return SuperValue(behaviour.constant(tx, cls), receiver)
     if "__class__" not in tx.code.co_freevars or not tx.code.co_varnames:
         raise tx.unsupported("super() outside a method")
     cls = tx.cell("__class__").value
     receiver = tx.load_local(tx.code.co_varnames[0])
-    return SuperValue(calls.constant(tx, cls), receiver)
+    return SuperValue(behaviour.constant(tx, cls), receiver)
 
 
 # -- operators that are not tensor ops on every input -----------------------------
@@ -290,11 +290,11 @@ def _contains(tx, container: Value, item: Value) -> Value:
     if isinstance(container, TensorValue) or isinstance(item, TensorValue):
         raise tx.unsupported("`in` with a tensor (it compares tensor data)")
     if isinstance(container, DictValue):
-        return ConstValue(calls.key(tx, item) in container.items)
+        return ConstValue(behaviour.key(tx, item) in container.items)
     if isinstance(container, ModuleValue):
-        calls.iterate(tx, container)  # guards the container's length
-        return ConstValue(calls.constant(tx, item) in container.value)
-    return ConstValue(calls.constant(tx, item) in calls.constant(tx, container))
+        behaviour.iterate(tx, container)  # guards the container's length
+        return ConstValue(behaviour.constant(tx, item) in container.value)
+    return ConstValue(behaviour.constant(tx, item) in behaviour.constant(tx, container))
 
 
 def not_contains(container: object, item: object) -> bool:
@@ -309,7 +309,7 @@ def _not_contains(tx, container: Value, item: Value) -> Value:
 
 @handles(operator.getitem)
 def _getitem(tx, obj: Value, index: Value) -> Value:
-    return calls.get_item(tx, obj, index)
+    return behaviour.get_item(tx, obj, index)
 
 
 # -- grad mode ------------------------------------------------------------------------
@@ -328,9 +328,9 @@ def _enable_grad(tx) -> Value:
 @handles(torch.set_grad_enabled)
 def _set_grad_enabled(tx, mode: Value) -> Value:
     # Like torch, the switch happens at the call, with or without a with-block.
-    enabled = bool(calls.constant(tx, mode))
+    enabled = bool(behaviour.constant(tx, mode))
     previous = torch.is_grad_enabled()
-    calls.set_grad_mode(tx, enabled)
+    grad_mode.set_grad_mode(tx, enabled)
     return GradModeValue(enabled, previous)
 
 
@@ -348,7 +348,7 @@ def construct(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
         values = _bind_fields(tx, cls, args, kwargs)
         return DataclassValue(cls, dict(zip(names, values)))
     raise tx.unsupported(
-        f"constructing a {calls.describe(cls)}",
+        f"constructing a {behaviour.describe(cls)}",
         "build the object outside the compiled function and pass it in",
     )
 
@@ -382,7 +382,7 @@ def _bind_fields(tx, cls: type, args, kwargs) -> list[Value]:
         if name not in bound:
             if name not in defaults:
                 raise tx.unsupported(f"{cls.__qualname__}() missing {name!r}")
-            bound[name] = calls.constant_value(defaults[name])
+            bound[name] = behaviour.constant_value(defaults[name])
     return [bound[name] for name in names]
 
 
@@ -412,7 +412,7 @@ def _dict_values(tx, d: DictValue) -> Value:
 
 @handles_method((DictValue,), "get")
 def _dict_get(tx, d: DictValue, k: Value, default: Value | None = None) -> Value:
-    return d.items.get(calls.key(tx, k), default or ConstValue(None))
+    return d.items.get(behaviour.key(tx, k), default or ConstValue(None))
 
 
 @handles_method((DictValue,), "copy")
@@ -430,20 +430,20 @@ def _dict_update(tx, d: DictValue, other: Value | None = None, **kwargs) -> Valu
 @handles_method((DictValue,), "setdefault")
 def _dict_setdefault(tx, d: DictValue, k: Value, default: Value | None = None):
     note_change(tx, d)
-    return d.items.setdefault(calls.key(tx, k), default or ConstValue(None))
+    return d.items.setdefault(behaviour.key(tx, k), default or ConstValue(None))
 
 
 @handles_method((DictValue, ListValue), "pop")
 def _pop(tx, container: Value, *args: Value) -> Value:
     note_change(tx, container)
     if isinstance(container, DictValue):
-        k = calls.key(tx, args[0])
+        k = behaviour.key(tx, args[0])
         if k not in container.items:
             if len(args) == 1:
                 raise tx.unsupported(f"popping missing key {k!r} (KeyError)")
             return args[1]
         return container.items.pop(k)
-    index = calls.constant(tx, args[0]) if args else -1
+    index = behaviour.constant(tx, args[0]) if args else -1
     if not container.items:
         raise tx.unsupported("popping from an empty list (IndexError)")
     return container.items.pop(index)
@@ -459,14 +459,14 @@ def _list_append(tx, lst: ListValue, item: Value) -> Value:
 @handles_method((ListValue,), "extend")
 def _list_extend(tx, lst: ListValue, items: Value) -> Value:
     note_change(tx, lst)
-    lst.items.extend(calls.iterate(tx, items))
+    lst.items.extend(behaviour.iterate(tx, items))
     return ConstValue(None)
 
 
 @handles_method((ListValue,), "insert")
 def _list_insert(tx, lst: ListValue, index: Value, item: Value) -> Value:
     note_change(tx, lst)
-    lst.items.insert(calls.constant(tx, index), item)
+    lst.items.insert(behaviour.constant(tx, index), item)
     return ConstValue(None)
 
 
@@ -481,8 +481,8 @@ def _list_reverse(tx, lst: ListValue) -> Value:
 def _list_sort(tx, lst: ListValue, key: Value | None = None, reverse=None) -> Value:
     if key is not None and not (isinstance(key, ConstValue) and key.value is None):
         raise tx.unsupported("list.sort() with a key function")
-    flag = bool(calls.constant(tx, reverse)) if reverse is not None else False
-    consts = [calls.constant(tx, i) for i in lst.items]
+    flag = bool(behaviour.constant(tx, reverse)) if reverse is not None else False
+    consts = [behaviour.constant(tx, i) for i in lst.items]
     order = sorted(range(len(consts)), key=consts.__getitem__, reverse=flag)
     note_change(tx, lst)
     lst.items[:] = [lst.items[i] for i in order]
@@ -491,8 +491,8 @@ def _list_sort(tx, lst: ListValue, key: Value | None = None, reverse=None) -> Va
 
 @handles_method((ListValue,), "remove")
 def _list_remove(tx, lst: ListValue, item: Value) -> Value:
-    consts = [calls.constant(tx, i) for i in lst.items]
-    target = calls.constant(tx, item)
+    consts = [behaviour.constant(tx, i) for i in lst.items]
+    target = behaviour.constant(tx, item)
     if target not in consts:
         raise tx.unsupported(f"removing {target!r}, which is not in the list")
     note_change(tx, lst)
@@ -523,14 +523,14 @@ def _list_copy(tx, lst: ListValue) -> Value:
 
 @handles_method((ListValue, TupleValue, NamedTupleValue), "count")
 def _count(tx, seq: Value, item: Value) -> Value:
-    consts = [calls.constant(tx, i) for i in seq.items]
-    return ConstValue(consts.count(calls.constant(tx, item)))
+    consts = [behaviour.constant(tx, i) for i in seq.items]
+    return ConstValue(consts.count(behaviour.constant(tx, item)))
 
 
 @handles_method((ListValue, TupleValue, NamedTupleValue), "index")
 def _index(tx, seq: Value, item: Value) -> Value:
-    consts = [calls.constant(tx, i) for i in seq.items]
-    target = calls.constant(tx, item)
+    consts = [behaviour.constant(tx, i) for i in seq.items]
+    target = behaviour.constant(tx, item)
     if target not in consts:
         raise tx.unsupported(f"{target!r} is not in the sequence (ValueError)")
     return ConstValue(consts.index(target))
@@ -566,8 +566,8 @@ def _named(tx, module: ModuleValue, pairs, table: str, with_names: bool) -> Valu
 
 def _module_iterator(method: str, table: str, with_names: bool):
     def handler(tx, module: ModuleValue, *args: Value, **kwargs: Value) -> Value:
-        real_args = [calls.constant(tx, a) for a in args]
-        real_kwargs = {k: calls.constant(tx, v) for k, v in kwargs.items()}
+        real_args = [behaviour.constant(tx, a) for a in args]
+        real_kwargs = {k: behaviour.constant(tx, v) for k, v in kwargs.items()}
         if "prefix" in real_kwargs or len(real_args) > 1:
             raise tx.unsupported(f"module.{method}() with a name prefix")
         named = "named_" + method.removeprefix("named_")

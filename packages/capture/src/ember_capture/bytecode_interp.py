@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import opcodes
+from . import kinds, opcodes  # noqa: F401 - kinds registers the value kinds
 from .call_routing import user_code
 from .errors import CaptureError
 from .output_graph import OutputGraph

@@ -12,27 +12,12 @@ import torch
 import torch.fx
 
 from . import autocast, meta_memo, transform
+from .behaviour import rebuild
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
 from .side_effects import AttrWrite, GlobalWrite, SideEffect
 from .source import FLOAT_TENSOR_CELL, GLOBALS_CELL, FloatTensorSource, Source
-from .variables import (
-    AutocastValue,
-    BoundFunctionValue,
-    ConstValue,
-    DataclassValue,
-    DictValue,
-    FloatInputValue,
-    ListValue,
-    MethodValue,
-    ModuleValue,
-    NamedTupleValue,
-    ObjectValue,
-    TensorValue,
-    TupleValue,
-    UserObjectValue,
-    Value,
-)
+from .variables import DictValue, ListValue, Value
 
 log = logging.getLogger("ember.capture")
 
@@ -113,56 +98,29 @@ class Emitter:
                 value = self.expr(effect.value)
                 self.body.append(f"{target}[{effect.name!r}] = {value}")
             elif isinstance(effect.container, ListValue):
-                target = self._read(effect.container.source)
+                target = self.read(effect.container.source)
                 self.body.append(f"{target}[:] = {self._contents(effect.container)}")
             else:
-                target = self._read(effect.container.source)
+                target = self.read(effect.container.source)
                 self.body.append(f"{target}.clear()")
                 self.body.append(f"{target}.update({self._contents(effect.container)})")
 
     def expr(self, v: Value) -> str:
-        """Python that evaluates to the real object ``v`` stands for.
+        """Python that evaluates to the real object ``v`` stands for (each kind
+        answers ``behaviour.rebuild``).
 
         Raises TypeError for values that have no real counterpart (iterators,
         functions built during capture, context managers).
         """
-        if isinstance(v, TensorValue):
-            if v.node in self._outputs:
-                return f"{GRAPH_OUT}[{self._outputs[v.node]}]"
-            if v.source is None:
-                raise TypeError("a tensor the graph does not return")
-            return self._read(v.source)
-        if isinstance(v, TupleValue):
-            items = [self.expr(i) for i in v.items]
-            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-        if isinstance(v, (ListValue, DictValue)):
-            if v.source is not None:  # the caller's own object (replay updated it)
-                return self._read(v.source)
-            return self._built(v)
-        if isinstance(v, NamedTupleValue):
-            items = [self.expr(i) for i in v.items]
-            return f"{self.constant(v.cls)}{v.build_code(items)}"
-        if isinstance(v, DataclassValue):
-            fields = ", ".join(f"{k}={self.expr(i)}" for k, i in v.fields.items())
-            return f"{self.constant(v.cls)}({fields})"
-        if isinstance(v, MethodValue):
-            return f"{self.expr(v.receiver)}.{v.name}"
-        if isinstance(v, BoundFunctionValue) and v.source is not None:
-            method_type = self.constant(types.MethodType)
-            return f"{method_type}({self._read(v.source)}, {self.expr(v.receiver)})"
-        if isinstance(v, (ModuleValue, UserObjectValue, ObjectValue)) and v.source:
-            return self._read(v.source)
-        if isinstance(v, FloatInputValue):  # still unguarded: pass it on as read
-            return self._read(v.source)
-        if isinstance(v, (ConstValue, ObjectValue, ModuleValue)):
-            return self.constant(v.value)
-        if isinstance(v, AutocastValue):
-            if v.source is not None:
-                return self._read(v.source)
-            return autocast.build_code(v, self.constant)
-        raise TypeError(f"a {type(v).__name__} has no value outside capture")
+        return rebuild(self, v)
 
-    def _built(self, container: ListValue | DictValue) -> str:
+    def graph_output(self, node: torch.fx.Node) -> str | None:
+        """Python that reads ``node``'s value from the graph's outputs, or None
+        when the graph does not return it."""
+        index = self._outputs.get(node)
+        return None if index is None else f"{GRAPH_OUT}[{index}]"
+
+    def built(self, container: ListValue | DictValue) -> str:
         """The one list or dict made for ``container``: every place that holds it
         (a local, the stack, another container) must hold the same object, so
         that a later in-place change reaches all of them."""
@@ -173,7 +131,7 @@ class Emitter:
             self.body.append(f"{name} = {contents}")
         return name
 
-    def _read(self, source: Source) -> str:
+    def read(self, source: Source) -> str:
         """Python that reads ``source`` as it was before the replay's writes."""
         code = source.code()
         if self._snapshot_at is None:

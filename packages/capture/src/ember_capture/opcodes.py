@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import autocast, builtin_calls, calls
+from . import autocast, behaviour, builtin_calls, grad_mode
 from .variables import (
     NULL,
     AutocastValue,
@@ -89,7 +89,7 @@ def _swap(tx, inst):
 
 @opcode("LOAD_CONST")
 def _load_const(tx, inst):
-    tx.push(calls.constant_value(inst.argval))
+    tx.push(behaviour.constant_value(inst.argval))
 
 
 @opcode("LOAD_FAST")
@@ -146,14 +146,14 @@ def _load_global(tx, inst):
 
 @opcode("LOAD_ATTR")
 def _load_attr(tx, inst):
-    tx.push(calls.get_attr(tx, tx.pop(), inst.argval))
+    tx.push(behaviour.get_attr(tx, tx.pop(), inst.argval))
 
 
 @opcode("LOAD_METHOD")
 def _load_method(tx, inst):
     obj = tx.pop()
     tx.push(NULL)
-    tx.push(calls.get_attr(tx, obj, inst.argval))
+    tx.push(behaviour.get_attr(tx, obj, inst.argval))
 
 
 @opcode("LOAD_ASSERTION_ERROR")
@@ -164,7 +164,7 @@ def _load_assertion_error(tx, inst):
 @opcode("STORE_ATTR")
 def _store_attr(tx, inst):
     obj, value = tx.pop(), tx.pop()
-    calls.set_attr(tx, obj, inst.argval, value)
+    behaviour.set_attr(tx, obj, inst.argval, value)
 
 
 @opcode("STORE_GLOBAL")
@@ -178,13 +178,13 @@ def _store_global(tx, inst):
 @opcode("STORE_SUBSCR")
 def _store_subscr(tx, inst):
     index, container, value = tx.pop(), tx.pop(), tx.pop()
-    calls.set_item(tx, container, index, value)
+    behaviour.set_item(tx, container, index, value)
 
 
 @opcode("DELETE_SUBSCR")
 def _delete_subscr(tx, inst):
     index, container = tx.pop(), tx.pop()
-    calls.del_item(tx, container, index)
+    behaviour.del_item(tx, container, index)
 
 
 # -- operators --------------------------------------------------------------------
@@ -214,7 +214,7 @@ _COMPARE_OPS = {
 
 
 def _apply(tx: Interpreter, op: Callable, *args: Value) -> None:
-    tx.push(calls.call(tx, ConstValue(op), list(args), {}))
+    tx.push(behaviour.call(tx, ConstValue(op), list(args), {}))
 
 
 @opcode("BINARY_OP")
@@ -268,13 +268,13 @@ def _unary_invert(tx, inst):
 
 @opcode("UNARY_NOT")
 def _unary_not(tx, inst):
-    tx.push(ConstValue(not calls.truth(tx, tx.pop())))
+    tx.push(ConstValue(not behaviour.truth(tx, tx.pop())))
 
 
 @opcode("BINARY_SUBSCR")
 def _binary_subscr(tx, inst):
     index, obj = tx.pop(), tx.pop()
-    tx.push(calls.get_item(tx, obj, index))
+    tx.push(behaviour.get_item(tx, obj, index))
 
 
 # -- jumps: conditions must be decided by constants -------------------------------
@@ -287,31 +287,31 @@ def _jump(tx, inst):
 
 @opcode("POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE")
 def _pop_jump_if_true(tx, inst):
-    if calls.truth(tx, tx.pop()):
+    if behaviour.truth(tx, tx.pop()):
         tx.jump(inst)
 
 
 @opcode("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE")
 def _pop_jump_if_false(tx, inst):
-    if not calls.truth(tx, tx.pop()):
+    if not behaviour.truth(tx, tx.pop()):
         tx.jump(inst)
 
 
 @opcode("POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE")
 def _pop_jump_if_none(tx, inst):
-    if calls.is_none(tx.pop()):
+    if behaviour.is_none(tx.pop()):
         tx.jump(inst)
 
 
 @opcode("POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
 def _pop_jump_if_not_none(tx, inst):
-    if not calls.is_none(tx.pop()):
+    if not behaviour.is_none(tx.pop()):
         tx.jump(inst)
 
 
 @opcode("JUMP_IF_TRUE_OR_POP")
 def _jump_if_true_or_pop(tx, inst):
-    if calls.truth(tx, tx.stack[-1]):
+    if behaviour.truth(tx, tx.stack[-1]):
         tx.jump(inst)
     else:
         tx.pop()
@@ -319,7 +319,7 @@ def _jump_if_true_or_pop(tx, inst):
 
 @opcode("JUMP_IF_FALSE_OR_POP")
 def _jump_if_false_or_pop(tx, inst):
-    if not calls.truth(tx, tx.stack[-1]):
+    if not behaviour.truth(tx, tx.stack[-1]):
         tx.jump(inst)
     else:
         tx.pop()
@@ -332,7 +332,7 @@ def _jump_if_false_or_pop(tx, inst):
 def _get_iter(tx, inst):
     value = tx.pop()
     if not isinstance(value, (IteratorValue, GeneratorValue)):
-        value = IteratorValue(calls.iterate(tx, value))
+        value = IteratorValue(behaviour.iterate(tx, value))
     tx.push(value)
 
 
@@ -375,37 +375,37 @@ def _build_list(tx, inst):
 @opcode("BUILD_SET")
 def _build_set(tx, inst):
     items = tx.popn(inst.arg)
-    tx.push(calls.call(tx, ConstValue(set), [TupleValue(tuple(items))], {}))
+    tx.push(behaviour.call(tx, ConstValue(set), [TupleValue(tuple(items))], {}))
 
 
 @opcode("BUILD_MAP")
 def _build_map(tx, inst):
     flat = tx.popn(2 * inst.arg)
-    tx.push(DictValue({calls.key(tx, k): v for k, v in zip(flat[::2], flat[1::2])}))
+    tx.push(DictValue({behaviour.key(tx, k): v for k, v in zip(flat[::2], flat[1::2])}))
 
 
 @opcode("BUILD_CONST_KEY_MAP")
 def _build_const_key_map(tx, inst):
-    keys = calls.constant(tx, tx.pop())
+    keys = behaviour.constant(tx, tx.pop())
     tx.push(DictValue(dict(zip(keys, tx.popn(inst.arg)))))
 
 
 @opcode("BUILD_STRING")
 def _build_string(tx, inst):
-    parts = [calls.constant(tx, p) for p in tx.popn(inst.arg)]
+    parts = [behaviour.constant(tx, p) for p in tx.popn(inst.arg)]
     tx.push(ConstValue("".join(parts)))
 
 
 @opcode("FORMAT_VALUE")
 def _format_value(tx, inst):
-    spec = calls.constant(tx, tx.pop()) if inst.arg & 0x04 else ""
+    spec = behaviour.constant(tx, tx.pop()) if inst.arg & 0x04 else ""
     value = tx.pop()
     if isinstance(value, TensorValue):
         raise tx.unsupported(
             "formatting a tensor into a string (it reads the tensor's data)"
         )
     converted = {0: None, 1: str, 2: repr, 3: ascii}[inst.arg & 0x03]
-    text = calls.constant(tx, value)
+    text = behaviour.constant(tx, value)
     tx.push(ConstValue(format(converted(text) if converted else text, spec)))
 
 
@@ -417,28 +417,28 @@ def _list_append(tx, inst):
 
 @opcode("SET_ADD")
 def _set_add(tx, inst):
-    item = calls.constant(tx, tx.pop())
+    item = behaviour.constant(tx, tx.pop())
     tx.stack[-inst.arg].value.add(item)
 
 
 @opcode("MAP_ADD")
 def _map_add(tx, inst):
     value, key = tx.pop(), tx.pop()
-    tx.stack[-inst.arg].items[calls.key(tx, key)] = value
+    tx.stack[-inst.arg].items[behaviour.key(tx, key)] = value
 
 
 @opcode("LIST_EXTEND")
 def _list_extend(tx, inst):
     items = tx.pop()
     target = tx.stack[-inst.arg]
-    target.items.extend(calls.iterate(tx, items))
+    target.items.extend(behaviour.iterate(tx, items))
 
 
 @opcode("SET_UPDATE")
 def _set_update(tx, inst):
     items = tx.pop()
     tx.stack[-inst.arg].value.update(
-        calls.constant(tx, i) for i in calls.iterate(tx, items)
+        behaviour.constant(tx, i) for i in behaviour.iterate(tx, items)
     )
 
 
@@ -461,12 +461,12 @@ def _list_to_tuple(tx, inst):
 @opcode("BUILD_SLICE")
 def _build_slice(tx, inst):
     parts = tx.popn(inst.arg)
-    tx.push(calls.call(tx, ConstValue(slice), parts, {}))
+    tx.push(behaviour.call(tx, ConstValue(slice), parts, {}))
 
 
 @opcode("UNPACK_SEQUENCE")
 def _unpack_sequence(tx, inst):
-    items = calls.iterate(tx, tx.pop())
+    items = behaviour.iterate(tx, tx.pop())
     if len(items) != inst.arg:
         raise tx.unsupported(f"unpacking {len(items)} values into {inst.arg} names")
     tx.stack.extend(reversed(items))
@@ -475,7 +475,7 @@ def _unpack_sequence(tx, inst):
 @opcode("UNPACK_EX")
 def _unpack_ex(tx, inst):
     before, after = inst.arg & 0xFF, inst.arg >> 8
-    items = calls.iterate(tx, tx.pop())
+    items = behaviour.iterate(tx, tx.pop())
     if len(items) < before + after:
         raise tx.unsupported(f"unpacking {len(items)} values into {before + after}+")
     middle = ListValue(items[before : len(items) - after])
@@ -487,7 +487,7 @@ def _unpack_ex(tx, inst):
 
 @opcode("MAKE_FUNCTION")
 def _make_function(tx, inst):
-    code = calls.constant(tx, tx.pop())
+    code = behaviour.constant(tx, tx.pop())
     closure = tuple(tx.pop().items) if inst.arg & 0x08 else ()
     if inst.arg & 0x04:
         tx.pop()  # annotations do not change what the function computes
@@ -517,21 +517,21 @@ def _call(tx, inst):
         fn, args = below, [fn, *args]
     split = len(args) - len(kw_names)
     kwargs = dict(zip(kw_names, args[split:]))
-    tx.push(calls.call(tx, fn, args[:split], kwargs))
+    tx.push(behaviour.call(tx, fn, args[:split], kwargs))
 
 
 @opcode("CALL_FUNCTION_EX")
 def _call_function_ex(tx, inst):
     kwargs = tx.pop() if inst.arg & 1 else DictValue({})
-    args = calls.iterate(tx, tx.pop())
+    args = behaviour.iterate(tx, tx.pop())
     fn = tx.pop()
     if tx.stack and isinstance(tx.stack[-1], NullValue):
         tx.pop()
     if not isinstance(kwargs, DictValue):
         raise tx.unsupported(f"calling with **{type(kwargs).__name__}")
     tx.push(
-        calls.call(
-            tx, fn, args, {calls.keyword(tx, k): v for k, v in kwargs.items.items()}
+        behaviour.call(
+            tx, fn, args, {behaviour.keyword(tx, k): v for k, v in kwargs.items.items()}
         )
     )
 
@@ -550,11 +550,11 @@ def _before_with(tx, inst):
         return
     if not isinstance(ctx, GradModeValue):
         raise tx.unsupported(
-            f"a with-block over a {calls.describe_value(ctx)}",
+            f"a with-block over a {behaviour.describe_value(ctx)}",
             "ember captures with-blocks over torch.no_grad, torch.enable_grad, "
             "torch.set_grad_enabled and torch.autocast",
         )
-    tx.push(calls.enter_grad_mode(tx, ctx))
+    tx.push(grad_mode.enter_grad_mode(tx, ctx))
     tx.push(ConstValue(None))  # what __enter__ returns for these managers
 
 

@@ -3,7 +3,8 @@
 Each kind is a small record: a tensor is an fx node plus a meta tensor (shape, dtype,
 strides) and its real device; Python constants, known objects, containers and bound
 methods carry their real value and, when read from the frame, the source they came
-from. How each kind answers attribute reads and calls lives in ``calls.py``.
+from. How each kind answers attribute reads, calls and the rest lives in ``kinds/``
+(the operations are in ``behaviour.py``).
 """
 
 from __future__ import annotations

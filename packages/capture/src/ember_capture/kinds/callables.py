@@ -1,0 +1,74 @@
+"""Callables capture made itself: methods of a value (a builtin handler first,
+then the receiver's kind answers), functions bound to an instance and functions
+built in the frame (inlined), and ``super()``."""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING
+
+from .. import builtin_calls
+from ..behaviour import call, call_method, get_attr, rebuild
+from ..source import AttrSource, ItemSource
+from ..variables import (
+    BoundFunctionValue,
+    FunctionValue,
+    MethodValue,
+    ObjectValue,
+    SuperValue,
+    Value,
+)
+
+if TYPE_CHECKING:
+    from ..bytecode_interp import Interpreter
+    from ..emit import Emitter
+
+
+@call.register(MethodValue)
+def _call_method(tx: Interpreter, fn: MethodValue, args, kwargs) -> Value:
+    handler = builtin_calls.METHOD_HANDLERS.get((type(fn.receiver), fn.name))
+    if handler is not None:
+        return handler(tx, fn.receiver, *args, **kwargs)
+    return call_method(tx, fn.receiver, fn.name, args, kwargs)
+
+
+@call.register(BoundFunctionValue)
+def _call_bound(tx: Interpreter, fn: BoundFunctionValue, args, kwargs) -> Value:
+    function = ObjectValue(fn.func, fn.source)
+    return tx.inline(function, [fn.receiver, *args], kwargs)
+
+
+@call.register(FunctionValue)
+def _call_function(tx: Interpreter, fn: FunctionValue, args, kwargs) -> Value:
+    return tx.inline(fn, args, kwargs)
+
+
+@get_attr.register(SuperValue)
+def _super_attr(tx: Interpreter, sup: SuperValue, name: str) -> Value:
+    mro = type(sup.receiver.value).__mro__
+    start = mro.index(sup.cls) + 1
+    for index in range(start, len(mro)):
+        if name in mro[index].__dict__:
+            mro_source = ItemSource(
+                AttrSource(AttrSource(sup.receiver.source, "__class__"), "__mro__"),
+                index,
+            )
+            source = ItemSource(AttrSource(mro_source, "__dict__"), name)
+            attr = mro[index].__dict__[name]
+            if isinstance(attr, types.FunctionType):
+                return BoundFunctionValue(attr, sup.receiver, source)
+            raise tx.unsupported(f"super().{name} of kind {type(attr).__name__}")
+    raise tx.unsupported(f"super().{name}: no such attribute")
+
+
+@rebuild.register(MethodValue)
+def _rebuild_method(out: Emitter, v: MethodValue) -> str:
+    return f"{out.expr(v.receiver)}.{v.name}"
+
+
+@rebuild.register(BoundFunctionValue)
+def _rebuild_bound(out: Emitter, v: BoundFunctionValue) -> str:
+    if v.source is None:
+        raise TypeError(f"a {type(v).__name__} has no value outside capture")
+    method_type = out.constant(types.MethodType)
+    return f"{method_type}({out.read(v.source)}, {out.expr(v.receiver)})"

@@ -1,0 +1,263 @@
+"""Containers: tuples, lists and dicts (made in the function or read from the
+frame, changed in place and replayed), named tuples, dataclasses, iterators and
+generators; and the operators ``+ * |`` and their in-place forms on them."""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING
+
+from .. import builtin_calls
+from ..behaviour import (
+    constant,
+    del_item,
+    describe_value,
+    get_attr,
+    item_of,
+    iterate,
+    key,
+    rebuild,
+    set_attr,
+    set_item,
+    truth,
+)
+from ..variables import (
+    ConstValue,
+    DataclassValue,
+    DictValue,
+    GeneratorValue,
+    IteratorValue,
+    ListValue,
+    MethodValue,
+    NamedTupleValue,
+    TupleValue,
+    Value,
+)
+
+if TYPE_CHECKING:
+    from ..bytecode_interp import Interpreter
+    from ..emit import Emitter
+
+_SEQUENCES = (TupleValue, ListValue, NamedTupleValue)
+
+
+@get_attr.register(TupleValue, ListValue, DictValue)
+def _method(tx: Interpreter, obj: Value, name: str) -> Value:
+    return MethodValue(obj, name)
+
+
+@get_attr.register(NamedTupleValue)
+def _named_field(tx: Interpreter, obj: NamedTupleValue, name: str) -> Value:
+    if name in obj.fields:
+        return obj.items[obj.fields.index(name)]
+    return MethodValue(obj, name)
+
+
+@get_attr.register(DataclassValue)
+def _dataclass_field(tx: Interpreter, obj: DataclassValue, name: str) -> Value:
+    if name in obj.fields:
+        return obj.fields[name]
+    raise tx.unsupported(f"reading attribute {name!r} of a {describe_value(obj)}")
+
+
+@set_attr.register(DataclassValue)
+def _set_field(tx: Interpreter, obj: DataclassValue, name: str, value: Value) -> None:
+    if obj.source is not None:
+        raise tx.unsupported(f"assigning attribute {name!r} of a {describe_value(obj)}")
+    obj.fields[name] = value
+
+
+@truth.register(*_SEQUENCES, DictValue)
+def _truth(tx: Interpreter, v: Value) -> bool:
+    return bool(v.items)
+
+
+@truth.register(DataclassValue)
+def _dataclass_truth(tx: Interpreter, v: DataclassValue) -> bool:
+    if hasattr(v.cls, "__bool__") or hasattr(v.cls, "__len__"):
+        raise tx.unsupported(f"the truth of a {v.cls.__qualname__} object")
+    return True
+
+
+@iterate.register(*_SEQUENCES)
+def _items(tx: Interpreter, v: Value) -> list[Value]:
+    return list(v.items)
+
+
+@iterate.register(DictValue)
+def _keys(tx: Interpreter, v: DictValue) -> list[Value]:
+    return [ConstValue(k) for k in v.items]
+
+
+@iterate.register(IteratorValue)
+def _rest(tx: Interpreter, v: IteratorValue) -> list[Value]:
+    items = v.items[v.position :]
+    v.position = len(v.items)
+    return items
+
+
+@iterate.register(GeneratorValue)
+def _drain(tx: Interpreter, v: GeneratorValue) -> list[Value]:
+    drained = []
+    while (item := v.next()) is not None:
+        drained.append(item)
+    return drained
+
+
+@item_of.register(*_SEQUENCES)
+def _sequence_item(tx: Interpreter, obj: Value, k: object) -> Value:
+    picked = obj.items[k]
+    if not isinstance(k, slice):
+        return picked
+    if isinstance(obj, ListValue):
+        return ListValue(list(picked))
+    return TupleValue(tuple(picked))
+
+
+@item_of.register(DictValue)
+def _dict_item(tx: Interpreter, obj: DictValue, k: object) -> Value:
+    if k not in obj.items:
+        raise tx.unsupported(f"reading missing key {k!r} (KeyError)")
+    return obj.items[k]
+
+
+@set_item.register(ListValue)
+def _set_list_item(tx: Interpreter, obj: ListValue, index: Value, value: Value):
+    where = constant(tx, index)
+    # A slice takes the items of any iterable value: ``lst[1:2] = (a, b)``.
+    obj.items[where] = iterate(tx, value) if isinstance(where, slice) else value
+    if obj.source is not None:
+        tx.output.write_contents(obj)
+
+
+@set_item.register(DictValue)
+def _set_dict_item(tx: Interpreter, obj: DictValue, index: Value, value: Value):
+    obj.items[key(tx, index)] = value
+    if obj.source is not None:
+        tx.output.write_contents(obj)
+
+
+@del_item.register(ListValue)
+def _del_list_item(tx: Interpreter, obj: ListValue, index: Value) -> None:
+    del obj.items[constant(tx, index)]
+    builtin_calls.note_change(tx, obj)
+
+
+@del_item.register(DictValue)
+def _del_dict_item(tx: Interpreter, obj: DictValue, index: Value) -> None:
+    k = key(tx, index)
+    if k not in obj.items:
+        raise tx.unsupported(f"deleting missing key {k!r} (KeyError)")
+    del obj.items[k]
+    builtin_calls.note_change(tx, obj)
+
+
+@constant.register(TupleValue)
+def _tuple_constant(tx: Interpreter, v: TupleValue) -> object:
+    return tuple(constant(tx, i) for i in v.items)
+
+
+@constant.register(ListValue)
+def _list_constant(tx: Interpreter, v: ListValue) -> object:
+    return [constant(tx, i) for i in v.items]
+
+
+@constant.register(DictValue)
+def _dict_constant(tx: Interpreter, v: DictValue) -> object:
+    return {k: constant(tx, i) for k, i in v.items.items()}
+
+
+@constant.register(NamedTupleValue)
+def _named_constant(tx: Interpreter, v: NamedTupleValue) -> object:
+    return v.build([constant(tx, i) for i in v.items])
+
+
+@rebuild.register(TupleValue)
+def _rebuild_tuple(out: Emitter, v: TupleValue) -> str:
+    items = [out.expr(i) for i in v.items]
+    return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+
+
+@rebuild.register(ListValue, DictValue)
+def _rebuild_container(out: Emitter, v: Value) -> str:
+    if v.source is not None:  # the caller's own object (replay updated it)
+        return out.read(v.source)
+    return out.built(v)
+
+
+@rebuild.register(NamedTupleValue)
+def _rebuild_named(out: Emitter, v: NamedTupleValue) -> str:
+    items = [out.expr(i) for i in v.items]
+    return f"{out.constant(v.cls)}{v.build_code(items)}"
+
+
+@rebuild.register(DataclassValue)
+def _rebuild_dataclass(out: Emitter, v: DataclassValue) -> str:
+    fields = ", ".join(f"{k}={out.expr(i)}" for k, i in v.fields.items())
+    return f"{out.constant(v.cls)}({fields})"
+
+
+# -- operators -------------------------------------------------------------------
+
+
+def _concat(tx, a: Value, b: Value) -> Value:
+    if type(a) is not type(b):
+        raise tx.unsupported(f"adding a {describe_value(a)} and a {describe_value(b)}")
+    items = [*a.items, *b.items]
+    return ListValue(items) if isinstance(a, ListValue) else TupleValue(tuple(items))
+
+
+def _repeat(tx, a: Value, b: Value) -> Value:
+    seq, times = (a, b) if isinstance(a, (ListValue, TupleValue)) else (b, a)
+    items = list(seq.items) * constant(tx, times)
+    return ListValue(items) if isinstance(seq, ListValue) else TupleValue(tuple(items))
+
+
+def _extend_in_place(tx, a: Value, b: Value) -> Value:
+    """``lst += items`` extends the list itself; ``tup += tup`` makes a new one."""
+    if not isinstance(a, ListValue):
+        return _concat(tx, a, b)
+    a.items.extend(iterate(tx, b))
+    builtin_calls.note_change(tx, a)
+    return a
+
+
+def _repeat_in_place(tx, a: Value, b: Value) -> Value:
+    if not isinstance(a, ListValue):
+        return _repeat(tx, a, b)
+    a.items[:] = list(a.items) * constant(tx, b)
+    builtin_calls.note_change(tx, a)
+    return a
+
+
+def _merge(tx, a: Value, b: Value) -> Value:
+    if not (isinstance(a, DictValue) and isinstance(b, DictValue)):
+        raise tx.unsupported(f"{describe_value(a)} | {describe_value(b)}")
+    return DictValue({**a.items, **b.items})
+
+
+def _merge_in_place(tx, a: Value, b: Value) -> Value:
+    if not isinstance(a, DictValue):
+        raise tx.unsupported(f"{describe_value(a)} |= {describe_value(b)}")
+    a.items.update(builtin_calls.as_dict(tx, b).items)
+    builtin_calls.note_change(tx, a)
+    return a
+
+
+# Operators on lists, tuples and dicts: new containers, or (the augmented forms
+# on a list or dict) the same one changed in place, as Python does.
+SEQUENCE_OPS = {
+    operator.add: _concat,
+    operator.mul: _repeat,
+    operator.iadd: _extend_in_place,
+    operator.imul: _repeat_in_place,
+    operator.or_: _merge,
+    operator.ior: _merge_in_place,
+}
+
+
+def is_sequence_op(args) -> bool:
+    """Whether a binary operator's operands make it a container operation."""
+    return len(args) == 2 and any(
+        isinstance(a, (ListValue, TupleValue, DictValue)) for a in args
+    )

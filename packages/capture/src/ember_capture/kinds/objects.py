@@ -1,0 +1,185 @@
+"""Python objects held by value (constants, folded as Python would) or by where
+the frame reads them (modules, functions, classes): calling one routes to a
+builtin handler, a tensor op, a fold, a container operator, a constructor, or
+inlining its code."""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING
+
+from .. import builtin_calls
+from ..behaviour import (
+    call,
+    call_method,
+    constant,
+    constant_value,
+    describe,
+    describe_value,
+    fold,
+    get_attr,
+    hashable,
+    item_of,
+    iterate,
+    rebuild,
+    set_attr,
+    truth,
+)
+from ..source import AttrSource
+from ..torch_ops import (
+    FOLDABLE_METHOD_TYPES,
+    ITERABLE_CONSTANT_TYPES,
+    PURE_FUNCTIONS,
+    TENSOR_OPERATORS,
+    TORCH_META_FUNCTIONS,
+    changes_global_state,
+    is_torch_op,
+)
+from ..variables import (
+    ConstValue,
+    DictValue,
+    FloatInputValue,
+    ListValue,
+    MethodValue,
+    ObjectValue,
+    TensorValue,
+    TupleValue,
+    Value,
+)
+from .containers import SEQUENCE_OPS, is_sequence_op
+
+if TYPE_CHECKING:
+    from ..bytecode_interp import Interpreter
+    from ..emit import Emitter
+
+
+@get_attr.register(ConstValue)
+def _const_attr(tx: Interpreter, obj: ConstValue, name: str) -> Value:
+    # A constant is guarded by value: its attributes need no guard of their
+    # own, and its methods fold (a bound method is a new object each time).
+    return _unguarded_attr(tx, obj, name)
+
+
+@get_attr.register(ObjectValue)
+def _object_attr(tx: Interpreter, obj: ObjectValue, name: str) -> Value:
+    if obj.source is not None:
+        written = tx.output.attr_writes.get((id(obj.value), name))
+        if written is not None:
+            return written
+        return tx.output.wrap(getattr(obj.value, name), AttrSource(obj.source, name))
+    if isinstance(obj.value, types.ModuleType):
+        return tx.output.wrap_trusted(getattr(obj.value, name))  # torch's own code
+    return _unguarded_attr(tx, obj, name)
+
+
+def _unguarded_attr(tx: Interpreter, obj: Value, name: str) -> Value:
+    real = getattr(obj.value, name)
+    if callable(real) and not isinstance(real, type):
+        return MethodValue(obj, name)
+    return tx.output.wrap_trusted(real)
+
+
+@set_attr.register(ObjectValue)
+def _set_attr(tx: Interpreter, obj: ObjectValue, name: str, value: Value) -> None:
+    if obj.source is None:
+        raise tx.unsupported(f"assigning attribute {name!r} of a {describe_value(obj)}")
+    tx.output.write_attr(obj, name, value)
+
+
+@call.register(ConstValue, ObjectValue)
+def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
+    """A call of a real callable: a builtin handler, a tensor op, a fold, a
+    container operator, a constructor, or the function's code inlined."""
+    target = fn.value
+    handler = builtin_calls.HANDLERS.get(target) if hashable(target) else None
+    if handler is not None:
+        return handler(tx, *args, **kwargs)
+    if changes_global_state(target):
+        raise tx.unsupported(
+            f"calling {describe(target)}, which changes torch's global state",
+            "call it outside the compiled function",
+        )
+    if target in TORCH_META_FUNCTIONS:
+        return ConstValue(TORCH_META_FUNCTIONS[target](*args, **kwargs))
+    if is_torch_op(target) or (
+        target in TENSOR_OPERATORS and _any_tensor(args, kwargs)
+    ):
+        return tx.output.call_tensor_op("call_function", target, tuple(args), kwargs)
+    # Before folding: a list of constants is still one object that ``+=`` changes.
+    mutable = any(isinstance(a, (ListValue, DictValue)) for a in args)
+    if target in SEQUENCE_OPS and mutable and is_sequence_op(args):
+        return SEQUENCE_OPS[target](tx, *args)
+    if target in PURE_FUNCTIONS and _all_constant(args, kwargs):
+        return fold(tx, target, args, kwargs)
+    if target in SEQUENCE_OPS and is_sequence_op(args):
+        return SEQUENCE_OPS[target](tx, *args)
+    if isinstance(target, type):
+        return builtin_calls.construct(tx, fn, args, kwargs)
+    if isinstance(target, types.FunctionType):
+        return tx.inline(fn, args, kwargs)
+    raise tx.unsupported(
+        f"calling {describe(target)}",
+        "ember cannot trace into this callable; move it outside the compiled code",
+    )
+
+
+@call_method.register(ConstValue)
+def _const_method(tx: Interpreter, obj: ConstValue, name: str, args, kwargs):
+    if not isinstance(obj.value, FOLDABLE_METHOD_TYPES):
+        raise tx.unsupported(f"calling .{name}() of a {type(obj.value).__qualname__}")
+    return fold(tx, getattr(obj.value, name), args, kwargs)
+
+
+@call_method.register(ObjectValue)
+def _object_method(tx: Interpreter, obj: ObjectValue, name: str, args, kwargs):
+    return call_object(tx, ObjectValue(getattr(obj.value, name)), args, kwargs)
+
+
+@truth.register(ConstValue)
+def _truth(tx: Interpreter, v: ConstValue) -> bool:
+    return bool(v.value)
+
+
+@iterate.register(ConstValue)
+def _iterate(tx: Interpreter, v: ConstValue) -> list[Value]:
+    if not isinstance(v.value, ITERABLE_CONSTANT_TYPES):
+        raise tx.unsupported(f"iterating over a {type(v.value).__qualname__}")
+    return [constant_value(i) for i in v.value]
+
+
+@item_of.register(ConstValue)
+def _item(tx: Interpreter, obj: ConstValue, k: object) -> Value:
+    return constant_value(obj.value[k])
+
+
+@constant.register(ConstValue, ObjectValue)
+def _constant(tx: Interpreter, v: Value) -> object:
+    return v.value
+
+
+@rebuild.register(ConstValue)
+def _rebuild_constant(out: Emitter, v: ConstValue) -> str:
+    return out.constant(v.value)
+
+
+@rebuild.register(FloatInputValue)
+def _rebuild_float(out: Emitter, v: FloatInputValue) -> str:
+    return out.read(v.source)  # still unguarded: pass it on as read
+
+
+@rebuild.register(ObjectValue)
+def _rebuild_object(out: Emitter, v: ObjectValue) -> str:
+    return out.read(v.source) if v.source else out.constant(v.value)
+
+
+def _any_tensor(args, kwargs) -> bool:
+    return any(isinstance(a, TensorValue) for a in [*args, *kwargs.values()])
+
+
+def _all_constant(args, kwargs) -> bool:
+    def ok(v):
+        if isinstance(v, (TupleValue, ListValue)):
+            return all(ok(i) for i in v.items)
+        return isinstance(v, (ConstValue, ObjectValue))
+
+    return all(ok(a) for a in [*args, *kwargs.values()])

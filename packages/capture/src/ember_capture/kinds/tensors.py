@@ -1,0 +1,101 @@
+"""Tensors: operations on them become graph nodes, their metadata constants."""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..behaviour import (
+    call_method,
+    constant,
+    describe_value,
+    get_attr,
+    get_item,
+    iterate,
+    rebuild,
+    set_item,
+    truth,
+)
+from ..torch_ops import (
+    TENSOR_AUTOGRAD_METHODS,
+    TENSOR_META_ATTRS,
+    TENSOR_META_METHODS,
+    TENSOR_VIEW_ATTRS,
+)
+from ..variables import ConstValue, MethodValue, TensorValue, Value
+
+if TYPE_CHECKING:
+    from ..bytecode_interp import Interpreter
+    from ..emit import Emitter
+
+
+@get_attr.register(TensorValue)
+def _attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
+    if name in TENSOR_META_ATTRS:
+        return ConstValue(getattr(t.meta, name))
+    if name == "device":
+        return ConstValue(t.device)
+    if name in ("is_cuda", "is_cpu", "is_meta", "is_mps", "is_xpu"):
+        return ConstValue(t.device.type == name.removeprefix("is_"))
+    if name in TENSOR_VIEW_ATTRS:
+        return tx.output.call_tensor_op("call_function", getattr, (t, name), {})
+    if callable(getattr(torch.Tensor, name, None)):
+        return MethodValue(t, name)
+    if not hasattr(torch.Tensor, name):
+        raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+    raise tx.unsupported(
+        f"reading tensor attribute {name!r}", "compute it outside the compiled code"
+    )
+
+
+@call_method.register(TensorValue)
+def _method(tx: Interpreter, t: TensorValue, name: str, args, kwargs) -> Value:
+    if name in TENSOR_AUTOGRAD_METHODS:
+        raise tx.unsupported(*TENSOR_AUTOGRAD_METHODS[name])
+    if name in TENSOR_META_METHODS:
+        consts = [constant(tx, a) for a in args]
+        kw = {k: constant(tx, v) for k, v in kwargs.items()}
+        return ConstValue(getattr(t.meta, name)(*consts, **kw))
+    return tx.output.call_tensor_op("call_method", name, (t, *args), kwargs)
+
+
+@truth.register(TensorValue)
+def _truth(tx: Interpreter, t: TensorValue) -> bool:
+    raise tx.unsupported(
+        "branching on a tensor's value (it depends on the data)",
+        "use torch.where, or compute the condition outside the compiled code",
+    )
+
+
+@iterate.register(TensorValue)
+def _iterate(tx: Interpreter, t: TensorValue) -> list[Value]:
+    if t.meta.dim() == 0:
+        raise tx.unsupported("iterating over a 0-d tensor")
+    return [get_item(tx, t, ConstValue(i)) for i in range(t.meta.shape[0])]
+
+
+@get_item.register(TensorValue)
+def _get_item(tx: Interpreter, t: TensorValue, index: Value) -> Value:
+    return tx.output.call_tensor_op("call_function", operator.getitem, (t, index), {})
+
+
+@set_item.register(TensorValue)
+def _set_item(tx: Interpreter, t: TensorValue, index: Value, value: Value) -> None:
+    tx.output.call_tensor_op("call_function", operator.setitem, (t, index, value), {})
+
+
+@rebuild.register(TensorValue)
+def _rebuild(out: Emitter, t: TensorValue) -> str:
+    produced = out.graph_output(t.node)
+    if produced is not None:
+        return produced
+    if t.source is None:
+        raise TypeError("a tensor the graph does not return")
+    return out.read(t.source)
+
+
+@describe_value.register(TensorValue)
+def _describe(t: TensorValue) -> str:
+    return "tensor"
