@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import kinds, opcodes  # noqa: F401 - kinds registers the value kinds
+from . import bytecode, kinds, opcodes  # noqa: F401 - kinds registers the value kinds
 from .call_routing import user_code
 from .errors import CaptureError
 from .output_graph import OutputGraph
@@ -103,7 +103,7 @@ class Interpreter:
                     self._checkpoint(inst)
                 if handler is None:
                     raise self.unsupported(
-                        _describe_opcode(inst),
+                        bytecode.describe_opcode(inst),
                         "ember's capture does not handle this construct yet; "
                         "the function runs eagerly",
                     )
@@ -391,28 +391,3 @@ def _cell_source(fn_source: Source, code: types.CodeType, name: str) -> Source:
     return AttrSource(
         ItemSource(AttrSource(fn_source, "__closure__"), index), "cell_contents"
     )
-
-
-# What the user wrote, for opcodes capture does not handle yet (by opname prefix).
-_CONSTRUCTS = {
-    "DELETE_ATTR": "deleting an attribute",
-    "PUSH_EXC_INFO": "exception handling",
-    "SEND": "yield from or await",
-    "MATCH_": "a match statement",
-    "DELETE_DEREF": "deleting a variable",
-    "DELETE_GLOBAL": "deleting a global variable",
-    "RAISE_VARARGS": "raising an exception",
-    "RERAISE": "raising an exception",
-    "IMPORT_": "an import",
-    "LOAD_BUILD_CLASS": "defining a class",
-    "GET_AWAITABLE": "async code",
-    "BEFORE_ASYNC_WITH": "async code",
-}
-
-
-def _describe_opcode(inst: dis.Instruction) -> str:
-    arg = f" {inst.argrepr}" if inst.argrepr else ""
-    for prefix, construct in _CONSTRUCTS.items():
-        if inst.opname.startswith(prefix):
-            return f"{construct} (bytecode {inst.opname})"
-    return f"bytecode {inst.opname}{arg}"

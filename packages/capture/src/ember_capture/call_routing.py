@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import sysconfig
 import types
 import weakref
@@ -16,7 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 
-from .opcodes import SUPPORTED_VERSIONS
+from .bytecode import supported
 
 # Stands for the route function in a cached rewrite; each route_calls binds it.
 _ROUTE_SLOT = object()
@@ -82,7 +81,7 @@ def route_calls(
     itself is returned: its calls then run as they are.
     """
     code = user_code(fn.__code__)  # already routed: start from the user's own
-    if sys.version_info[:2] not in SUPPORTED_VERSIONS:
+    if not supported():
         return fn
     rewrite = _rewrite(code)
     if rewrite is None:

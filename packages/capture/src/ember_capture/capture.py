@@ -15,11 +15,11 @@ from collections.abc import Callable
 import torch
 
 from . import autocast, graph_break
+from .bytecode import supported
 from .bytecode_interp import Interpreter
 from .call_routing import unrouted
 from .emit import Emitter
 from .errors import CaptureError
-from .opcodes import SUPPORTED_VERSIONS
 from .output_graph import OutputGraph
 from .result import CaptureResult
 from .side_effects import written_values
@@ -51,7 +51,7 @@ def capture(fn: Callable, *args: object, **kwargs: object) -> CaptureResult:
 def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> CaptureResult:
     """Capture ``fn`` given its bound arguments by name (its initial locals)."""
     fn = unrouted(fn)  # capture reads the user's code, not a routed copy's
-    if sys.version_info[:2] not in SUPPORTED_VERSIONS:
+    if not supported():
         raise CaptureError(
             f"Python {sys.version_info.major}.{sys.version_info.minor} bytecode",
             fn.__code__.co_filename,

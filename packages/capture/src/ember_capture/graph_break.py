@@ -14,6 +14,7 @@ import dis
 import inspect
 import types
 
+from .bytecode import CONDITIONAL_JUMPS, jumps_backward
 from .bytecode_interp import BreakPoint
 from .call_routing import is_user_callable
 from .emit import Emitter
@@ -46,20 +47,6 @@ RESULT = "___call_result"
 CONTEXT = "___context"
 EXIT = "___context_exit"
 
-# Conditional jumps: (Python test on the value, pops the value when jumping).
-_JUMPS = {
-    "POP_JUMP_FORWARD_IF_TRUE": ("{}", True),
-    "POP_JUMP_BACKWARD_IF_TRUE": ("{}", True),
-    "POP_JUMP_FORWARD_IF_FALSE": ("not {}", True),
-    "POP_JUMP_BACKWARD_IF_FALSE": ("not {}", True),
-    "POP_JUMP_FORWARD_IF_NONE": ("{} is None", True),
-    "POP_JUMP_BACKWARD_IF_NONE": ("{} is None", True),
-    "POP_JUMP_FORWARD_IF_NOT_NONE": ("{} is not None", True),
-    "POP_JUMP_BACKWARD_IF_NOT_NONE": ("{} is not None", True),
-    "JUMP_IF_TRUE_OR_POP": ("{}", False),
-    "JUMP_IF_FALSE_OR_POP": ("not {}", False),
-}
-
 
 def finish_at_break(
     fn: types.FunctionType,
@@ -78,7 +65,7 @@ def finish_at_break(
     if code.co_flags & inspect.CO_GENERATOR:
         return _cannot_resume(error, "in a generator")
     name = point.inst.opname
-    if name not in ("CALL", "BEFORE_WITH") and name not in _JUMPS:
+    if name not in ("CALL", "BEFORE_WITH") and name not in CONDITIONAL_JUMPS:
         return None
     # Each iteration would resume in a new nested call.
     if _inside_while_loop(code, point.inst.offset):
@@ -157,7 +144,7 @@ def _inside_while_loop(code: types.CodeType, offset: int) -> bool:
     instructions = list(dis.get_instructions(code))
     for_heads = {i.offset for i in instructions if i.opname == "FOR_ITER"}
     return any(
-        i.opname.startswith(("JUMP_BACKWARD", "POP_JUMP_BACKWARD"))
+        jumps_backward(i)
         and i.offset >= offset
         and i.argval <= offset
         and i.argval not in for_heads
@@ -289,7 +276,7 @@ def _is_user(fn: Value) -> bool:
 
 
 def _emit_jump(emitter: Emitter, point: BreakPoint, code) -> list:
-    test, pops = _JUMPS[point.inst.opname]
+    test, pops = CONDITIONAL_JUMPS[point.inst.opname]
     stack = point.stack
     cond = emitter.expr(stack[-1])
     below = _stack_entries(emitter, stack[:-1])

@@ -40,8 +40,6 @@ Handler = Callable[["Interpreter", "dis.Instruction"], None]
 HANDLERS: dict[str, Handler] = {}
 
 _PY = sys.version_info[:2]
-# Python versions whose bytecode the table below covers completely.
-SUPPORTED_VERSIONS = ((3, 11),)
 
 
 def opcode(*names: str, min_ver=(3, 11), max_ver=(3, 11)):
