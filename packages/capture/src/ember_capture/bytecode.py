@@ -48,7 +48,7 @@ _CONSTRUCTS = {
     "DELETE_GLOBAL": "deleting a global variable",
     "RAISE_VARARGS": "raising an exception",
     "RERAISE": "raising an exception",
-    "IMPORT_": "an import",
+    "IMPORT_STAR": "import *",
     "LOAD_BUILD_CLASS": "defining a class",
     "GET_AWAITABLE": "async code",
     "BEFORE_ASYNC_WITH": "async code",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import types
 
 import torch
@@ -16,7 +17,13 @@ from .behaviour import rebuild
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
 from .side_effects import AttrWrite, GlobalWrite, SideEffect
-from .source import FLOAT_TENSOR_CELL, GLOBALS_CELL, FloatTensorSource, Source
+from .source import (
+    FLOAT_TENSOR_CELL,
+    GLOBALS_CELL,
+    MODULES_CELL,
+    FloatTensorSource,
+    Source,
+)
 from .variables import DictValue, ListValue, Value
 
 log = logging.getLogger("ember.capture")
@@ -134,6 +141,8 @@ class Emitter:
     def read(self, source: Source) -> str:
         """Python that reads ``source`` as it was before the replay's writes."""
         code = source.code()
+        if MODULES_CELL in code:
+            self.cells[MODULES_CELL] = sys.modules
         if self._snapshot_at is None:
             return code
         if code not in self._snapshots:

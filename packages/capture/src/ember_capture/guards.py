@@ -8,6 +8,7 @@ when the check fails it can name the first failing guard with old and new values
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -15,7 +16,9 @@ from typing import Any, NamedTuple
 import torch
 from torch.nn.modules import module as nn_module
 
-from .source import Source
+from .source import MODULES_NAME, Source
+
+_MODULES = {MODULES_NAME: sys.modules}
 
 
 class GuardKind(enum.Enum):
@@ -271,6 +274,7 @@ class GuardChecker:
             "___tensor_matches": _tensor_matches,
             "___global_state": GlobalState.current,
             "___no_hooks": module_has_no_hooks,
+            **_MODULES,
         }
         terms = []
         for i, guard in enumerate(guards):
@@ -308,7 +312,7 @@ class GuardChecker:
                     else eval(
                         guard.source.expr(),
                         {},
-                        {"L": f_locals, "G": self._g, "C": self._c},
+                        {"L": f_locals, "G": self._g, "C": self._c, **_MODULES},
                     )
                 )
             except Exception as e:

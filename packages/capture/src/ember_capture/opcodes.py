@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import autocast, behaviour, builtin_calls, grad_mode
+from . import autocast, behaviour, builtin_calls, grad_mode, imports
 from .variables import (
     NULL,
     AutocastValue,
@@ -140,6 +140,17 @@ def _load_global(tx, inst):
     if inst.arg & 1:  # 3.11: the low bit asks for a NULL below the global
         tx.push(NULL)
     tx.push(tx.load_global(inst.argval))
+
+
+@opcode("IMPORT_NAME")
+def _import_name(tx, inst):
+    level, fromlist = (behaviour.constant(tx, v) for v in tx.popn(2))
+    tx.push(imports.import_name(tx, inst.argval, fromlist, level))
+
+
+@opcode("IMPORT_FROM")
+def _import_from(tx, inst):
+    tx.push(imports.import_from(tx, tx.stack[-1], inst.argval))
 
 
 @opcode("LOAD_ATTR")

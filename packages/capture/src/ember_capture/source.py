@@ -14,6 +14,10 @@ from dataclasses import dataclass
 GLOBALS_CELL = "__ember_G"
 # The closure cell holding the function that turns a float into a graph input.
 FLOAT_TENSOR_CELL = "__ember_float_tensor"
+# The closure cell holding sys.modules, where an import inside the code looks.
+MODULES_CELL = "__ember_modules"
+# The name guard checks give sys.modules.
+MODULES_NAME = "___modules"
 
 
 # ``L['x']``, ``G['x']``, ``C['x']`` in the guard form: the user wrote ``x``.
@@ -86,6 +90,23 @@ class GlobalsSource(Source):
 
     def code(self) -> str:
         return GLOBALS_CELL
+
+
+@dataclass(frozen=True, slots=True)
+class ImportSource(Source):
+    """A module as an import statement in the code finds it: ``sys.modules``'
+    entry (capture follows only imports of modules already imported)."""
+
+    module: str
+
+    def name(self) -> str:
+        return f"sys.modules[{self.module!r}]"
+
+    def code(self) -> str:
+        return f"{MODULES_CELL}[{self.module!r}]"
+
+    def expr(self) -> str:
+        return f"{MODULES_NAME}[{self.module!r}]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,20 @@ TORCH_META_FUNCTIONS: dict[Callable, Callable] = {
     torch._C._has_torch_function: lambda *args: False,
     torch._C._has_torch_function_unary: lambda *args: False,
     torch._C._has_torch_function_variadic: lambda *args: False,
+    # What library code asks to choose its compile-friendly path: ember is
+    # compiling while it captures (eager calls still answer False), and is
+    # neither exporting nor torch.jit tracing.
+    torch.compiler.is_compiling: lambda: True,
+    torch.compiler.is_exporting: lambda: False,
+    torch._C._is_tracing: lambda: False,
+    torch._C._get_tracing_state: lambda: None,
 }
+# Without a CUDA (XPU) device no stream can be capturing a CUDA graph (torch's
+# CPU build raises instead of answering); with one, the answer changes during
+# a capture, so the call is left alone.
+for _backend in (torch.cuda, torch.xpu):
+    if not _backend.is_available():
+        TORCH_META_FUNCTIONS[_backend.is_current_stream_capturing] = lambda: False
 
 # BINARY_OP / unary operators that have a tensor meaning.
 TENSOR_OPERATORS = frozenset(

@@ -1,0 +1,104 @@
+"""Constructs library code is written in: imports inside functions, and the
+questions libraries ask to choose a compile-friendly path."""
+
+import sys
+import types
+
+import pytest
+import torch
+from conftest import CaptureCache
+
+from ember_capture import CaptureError, capture
+
+
+@pytest.fixture
+def settings_module():
+    """A module the function imports, whose attribute a test changes."""
+    module = types.ModuleType("ember_test_settings")
+    module.SCALE = 2.0
+    sys.modules[module.__name__] = module
+    yield module
+    del sys.modules[module.__name__]
+
+
+def scaled(x):
+    import ember_test_settings
+    import torch.nn.functional
+    from ember_test_settings import SCALE as scale
+    from torch.nn import functional as F
+
+    return F.relu(x) * ember_test_settings.SCALE + torch.nn.functional.gelu(x) * scale
+
+
+def test_imports_of_imported_modules_are_captured_and_guarded(settings_module):
+    cache = CaptureCache(scaled)
+    for scale in (2.0, 2.0, 3.0):
+        settings_module.SCALE = scale
+        x = torch.randn(4, 5)
+        torch.testing.assert_close(cache(x), scaled(x))
+        assert not cache.breaks and not cache.refused
+    assert cache.captures == 2  # the changed module attribute recompiled
+
+
+def test_a_relative_import_resolves_against_the_package():
+    namespace = {"__name__": "torch.nn.ember_test", "__package__": "torch.nn"}
+    exec(
+        "def act(x):\n"
+        "    from . import functional as F\n"
+        "    from .. import nn\n"
+        "    return F.silu(x) + nn.functional.relu(x)\n",
+        namespace,
+    )
+    act = namespace["act"]
+    cache = CaptureCache(act)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(cache(x), act(x))
+    assert cache.captures == 1 and not cache.breaks and not cache.refused
+
+
+def late_import(x):
+    y = x * 2
+    import ember_test_late
+
+    return y + ember_test_late.OFFSET
+
+
+@pytest.fixture
+def late_module(tmp_path, monkeypatch):
+    """A module on the path that no one has imported; importing it counts."""
+    (tmp_path / "ember_test_late.py").write_text(
+        "import builtins\nbuiltins.ember_test_imports += 1\nOFFSET = 1.5\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("builtins.ember_test_imports", 0, raising=False)
+    yield
+    sys.modules.pop("ember_test_late", None)
+
+
+def test_importing_a_module_not_yet_imported_is_left_to_python(late_module):
+    import builtins
+
+    with pytest.raises(CaptureError, match="importing ember_test_late, which is not"):
+        capture(late_import, torch.randn(3))
+    assert builtins.ember_test_imports == 0  # capture ran none of its code
+    cache = CaptureCache(late_import)
+    x = torch.randn(3)
+    torch.testing.assert_close(cache(x), x * 2 + 1.5)  # run as Python: imported once
+    assert builtins.ember_test_imports == 1
+
+
+def branches(x):
+    if torch.compiler.is_compiling():
+        x = x + 1
+    if torch.compiler.is_exporting() or torch.jit.is_tracing():
+        x = x * 100
+    return x
+
+
+def test_library_code_sees_a_compiler_at_work():
+    cache = CaptureCache(branches)
+    x = torch.randn(3)
+    # Captured, the compile-friendly path; eager, the other, as torch.compile does.
+    torch.testing.assert_close(cache(x), x + 1)
+    torch.testing.assert_close(branches(x), x)
+    assert cache.captures == 1 and not cache.breaks and not cache.refused
