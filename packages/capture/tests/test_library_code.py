@@ -102,3 +102,18 @@ def test_library_code_sees_a_compiler_at_work():
     torch.testing.assert_close(cache(x), x + 1)
     torch.testing.assert_close(branches(x), x)
     assert cache.captures == 1 and not cache.breaks and not cache.refused
+
+
+def moves(x, mask):
+    # What library code writes to put a tensor where another one lives.
+    mask = mask.to(device=x.device, dtype=torch.bool)
+    y = x.to(x.device) + x.cpu() + x.to("cpu", torch.float64).float()
+    return torch.where(mask, y + x.to(torch.float16).float(), 0.0)
+
+
+def test_moving_a_tensor_to_its_device_is_captured():
+    cache = CaptureCache(moves)
+    for _ in range(2):
+        x, mask = torch.randn(4, 5), torch.randint(0, 2, (4, 5))
+        torch.testing.assert_close(cache(x, mask), moves(x, mask))
+    assert cache.captures == 1 and not cache.breaks and not cache.refused

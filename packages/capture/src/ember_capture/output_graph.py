@@ -319,7 +319,14 @@ class OutputGraph:
             result = meta_memo.MEMO.replay(text, inputs)
             if result is not meta_memo.MISS:
                 return result
-        if kind == "call_method":
+        if kind == "call_method" and target in _DEVICE_MOVES:
+            # Moved to another device, a meta tensor stays meta (copying its
+            # data out fails); the result's real device is _result_device's.
+            meta_args, meta_kwargs = _on_meta(target, meta_args, meta_kwargs)
+
+            def run(receiver, *rest, **kw):
+                return receiver.to(*rest, **kw)
+        elif kind == "call_method":
 
             def run(receiver, *rest, **kw):
                 return getattr(receiver, target)(*rest, **kw)
@@ -485,6 +492,22 @@ def tensor_leaves(v: object):
     elif isinstance(v, dict):
         for i in v.values():
             yield from tensor_leaves(i)
+
+
+# Tensor methods that move a tensor between devices.
+_DEVICE_MOVES = frozenset({"to", "cpu", "cuda"})
+
+
+def _on_meta(target: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments of ``Tensor.to``/``cpu``/``cuda`` as ``to``'s, with every
+    device made ``meta`` (``cpu()`` and ``cuda()`` become ``to("meta")``)."""
+    if target != "to":
+        kept = {k: v for k, v in kwargs.items() if k == "memory_format"}
+        return args[:1], {**kept, "device": "meta"}
+    receiver, *rest = args
+    rest = ["meta" if isinstance(a, (torch.device, str)) else a for a in rest]
+    kwargs = {k: "meta" if k == "device" else v for k, v in kwargs.items()}
+    return (receiver, *rest), kwargs
 
 
 def _result_device(args, kwargs, kind, target) -> torch.device:
