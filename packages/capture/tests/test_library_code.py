@@ -1,6 +1,7 @@
 """Constructs library code is written in: imports inside functions, and the
 questions libraries ask to choose a compile-friendly path."""
 
+import collections.abc
 import sys
 import types
 
@@ -116,4 +117,70 @@ def test_moving_a_tensor_to_its_device_is_captured():
     for _ in range(2):
         x, mask = torch.randn(4, 5), torch.randint(0, 2, (4, 5))
         torch.testing.assert_close(cache(x, mask), moves(x, mask))
+    assert cache.captures == 1 and not cache.breaks and not cache.refused
+
+
+class Registry(collections.abc.MutableMapping):
+    """A registry like transformers' attention interfaces: a class-wide mapping
+    and a local one, read through the mapping protocol."""
+
+    shared = {"double": lambda x: x * 2}
+
+    def __init__(self):
+        self.local = {}
+
+    def __getitem__(self, key):
+        if key in self.local:
+            return self.local[key]
+        return self.shared[key]
+
+    def __setitem__(self, key, value):
+        self.local[key] = value
+
+    def __delitem__(self, key):
+        del self.local[key]
+
+    def __iter__(self):
+        return iter({**self.shared, **self.local})
+
+    def __len__(self):
+        return len(self.shared.keys() | self.local.keys())
+
+
+REGISTRY = Registry()
+
+
+def look_up(x, name):
+    if name not in REGISTRY or len(REGISTRY) < 1:
+        return x
+    fn = REGISTRY[name]
+    return fn(x) + sum(1.0 for _ in REGISTRY) + callable(fn)
+
+
+def test_user_mappings_are_read_through_their_own_methods():
+    cache = CaptureCache(look_up)
+    for name in ("double", "double", "missing"):
+        x = torch.randn(3)
+        torch.testing.assert_close(cache(x, name), look_up(x, name))
+    assert not cache.breaks and not cache.refused
+    REGISTRY["double"] = lambda x: x * 3  # a local override: a new entry
+    x = torch.randn(3)
+    torch.testing.assert_close(cache(x, "double"), look_up(x, "double"))
+    del REGISTRY["double"]
+    assert cache.captures == 3
+
+
+def test_callable_answers_for_every_kind_of_value():
+    def probe(x):
+        def inner(y):
+            return y
+
+        return x + sum(
+            float(callable(v))
+            for v in (inner, x.add, print, torch.nn.Linear, len, 3, "s", (1,))
+        )
+
+    cache = CaptureCache(probe)
+    x = torch.randn(2)
+    torch.testing.assert_close(cache(x), probe(x))
     assert cache.captures == 1 and not cache.breaks and not cache.refused

@@ -104,6 +104,18 @@ def get_item(tx: Interpreter, obj: Value, index: Value) -> Value:
 
 
 @on_value(1)
+def contains(tx: Interpreter, container: Value, item: Value) -> bool:
+    """``item in container`` (the default: both are constants)."""
+    return constant(tx, item) in constant(tx, container)
+
+
+@on_value(1)
+def length(tx: Interpreter, obj: Value) -> int:
+    """``len(obj)`` (the default: a constant's)."""
+    return len(constant(tx, obj))
+
+
+@on_value(1)
 def item_of(tx: Interpreter, obj: Value, k: object) -> Value:
     """``obj[k]`` for a constant index ``k``."""
     raise tx.unsupported(f"indexing a {describe_value(obj)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import operator
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,13 +21,16 @@ from . import behaviour, grad_mode
 from .guards import Guard, GuardKind
 from .source import HasAttrSource, ModuleEntrySource, NamedMembersSource
 from .variables import (
+    BoundFunctionValue,
     ConstValue,
     DataclassValue,
     DictValue,
+    FunctionValue,
     GeneratorValue,
     GradModeValue,
     IteratorValue,
     ListValue,
+    MethodValue,
     ModuleValue,
     NamedTupleValue,
     ObjectValue,
@@ -68,15 +72,7 @@ def handles_method(kinds: tuple[type, ...], *names: str):
 
 @handles(builtins.len)
 def _len(tx, obj: Value) -> Value:
-    if isinstance(obj, (TupleValue, ListValue, NamedTupleValue, DictValue)):
-        return ConstValue(len(obj.items))
-    if isinstance(obj, TensorValue):
-        if obj.meta.dim() == 0:
-            raise tx.unsupported("len() of a 0-d tensor")
-        return ConstValue(obj.meta.shape[0])
-    if isinstance(obj, ModuleValue):
-        return ConstValue(behaviour.guarded_len(tx, obj))
-    return ConstValue(len(behaviour.constant(tx, obj)))
+    return ConstValue(behaviour.length(tx, obj))
 
 
 @handles(builtins.isinstance)
@@ -99,8 +95,21 @@ def python_type(v: Value) -> type:
         return type(v.value)
     if isinstance(v, (NamedTupleValue, DataclassValue)):
         return v.cls
-    kinds = {TupleValue: tuple, ListValue: list, DictValue: dict}
+    kinds = {
+        TupleValue: tuple,
+        ListValue: list,
+        DictValue: dict,
+        FunctionValue: types.FunctionType,
+        BoundFunctionValue: types.MethodType,
+        MethodValue: types.MethodType,
+    }
     return kinds.get(type(v), object)
+
+
+@handles(builtins.callable)
+def _callable(tx, obj: Value) -> Value:
+    cls = python_type(obj)
+    return ConstValue(any("__call__" in k.__dict__ for k in cls.__mro__))
 
 
 @handles(builtins.getattr)
@@ -287,14 +296,12 @@ def _same_object(a: Value, b: Value) -> bool:
 
 @handles(operator.contains)
 def _contains(tx, container: Value, item: Value) -> Value:
-    if isinstance(container, TensorValue) or isinstance(item, TensorValue):
-        raise tx.unsupported("`in` with a tensor (it compares tensor data)")
-    if isinstance(container, DictValue):
-        return ConstValue(behaviour.key(tx, item) in container.items)
-    if isinstance(container, ModuleValue):
-        behaviour.iterate(tx, container)  # guards the container's length
-        return ConstValue(behaviour.constant(tx, item) in container.value)
-    return ConstValue(behaviour.constant(tx, item) in behaviour.constant(tx, container))
+    if isinstance(item, TensorValue):
+        raise tx.unsupported(IN_WITH_A_TENSOR)
+    return ConstValue(bool(behaviour.contains(tx, container, item)))
+
+
+IN_WITH_A_TENSOR = "`in` with a tensor (it compares tensor data)"
 
 
 def not_contains(container: object, item: object) -> bool:
@@ -402,7 +409,10 @@ def _dict_items(tx, d: DictValue) -> Value:
 
 @handles_method((DictValue,), "keys")
 def _dict_keys(tx, d: DictValue) -> Value:
-    return ListValue([ConstValue(k) for k in d.items])
+    # Keys are constants: a real keys view of them iterates, tests membership
+    # and takes set operators (``a.keys() | b.keys()``) by folding. It is a
+    # snapshot, not a live view of ``d``.
+    return ConstValue(dict.fromkeys(d.items).keys())
 
 
 @handles_method((DictValue,), "values")

@@ -79,6 +79,7 @@ IDENTITY_TYPES = (
     type,
     types.MethodDescriptorType,
     types.WrapperDescriptorType,
+    types.CodeType,  # immutable: library code reads co_varnames to bind arguments
     torch._ops.OpOverloadPacket,
     torch._ops.OpOverload,
 )

@@ -164,6 +164,7 @@ FOLDABLE_METHOD_TYPES = (
 # Constant types that iteration unpacks into their items.
 ITERABLE_CONSTANT_TYPES = (
     tuple, list, range, str, bytes, set, frozenset, dict, torch.Size,
+    type({}.keys()),
 )  # fmt: skip
 
 # Containers whose length decides truthiness and iteration: guarded by length.

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 from .. import builtin_calls
 from ..behaviour import (
     constant,
+    contains,
     del_item,
     describe_value,
     get_attr,
     item_of,
     iterate,
     key,
+    length,
     rebuild,
     set_attr,
     set_item,
@@ -102,6 +104,16 @@ def _drain(tx: Interpreter, v: GeneratorValue) -> list[Value]:
     while (item := v.next()) is not None:
         drained.append(item)
     return drained
+
+
+@contains.register(DictValue)
+def _has_key(tx: Interpreter, d: DictValue, item: Value) -> bool:
+    return key(tx, item) in d.items
+
+
+@length.register(*_SEQUENCES, DictValue)
+def _length(tx: Interpreter, v: Value) -> int:
+    return len(v.items)
 
 
 @item_of.register(*_SEQUENCES)

@@ -6,6 +6,7 @@ replayed, module calls inlined behind a no-hooks guard, and the containers
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import types
 from typing import TYPE_CHECKING
@@ -15,11 +16,15 @@ import torch
 from .. import builtin_calls
 from ..behaviour import (
     call,
+    constant,
+    contains,
     describe_value,
     get_attr,
+    get_item,
     guarded_len,
     item_of,
     iterate,
+    length,
     rebuild,
     set_attr,
     truth,
@@ -149,6 +154,69 @@ def _item(tx: Interpreter, obj: ModuleValue, k: object) -> Value:
         if name is not None and modules[name] is item:  # length is guarded
             return tx.output.wrap(item, ModuleEntrySource(obj.source, "_modules", name))
     return tx.output.wrap(item, ItemSource(obj.source, k))
+
+
+@contains.register(ModuleValue)
+def _module_contains(tx: Interpreter, m: ModuleValue, item: Value) -> bool:
+    iterate(tx, m)  # guards the container's length (and a dict's keys)
+    return constant(tx, item) in m.value
+
+
+@length.register(ModuleValue)
+def _module_length(tx: Interpreter, m: ModuleValue) -> int:
+    return guarded_len(tx, m)
+
+
+# -- the protocols of user classes: their Python dunders, inlined ----------------
+
+
+def _dunder(obj: Value, name: str) -> BoundFunctionValue | None:
+    """``type(obj).name`` bound to ``obj`` when the class defines it in Python."""
+    fn = inspect.getattr_static(type(obj.value), name, None)
+    if isinstance(fn, types.FunctionType):
+        return BoundFunctionValue(fn, obj, class_attr_source(obj, name))
+    return None
+
+
+@get_item.register(UserObjectValue)
+def _object_item(tx: Interpreter, obj: UserObjectValue, index: Value) -> Value:
+    method = _dunder(obj, "__getitem__")
+    if method is None:
+        raise tx.unsupported(f"indexing a {describe_value(obj)}")
+    return call(tx, method, [index], {})
+
+
+@contains.register(UserObjectValue)
+def _object_contains(tx: Interpreter, obj: UserObjectValue, item: Value) -> bool:
+    test = inspect.getattr_static(type(obj.value), "__contains__", None)
+    if test is collections.abc.Mapping.__contains__:
+        # The mixin tries ``self[key]`` and catches KeyError; by the Mapping
+        # contract that is ``key in iter(self)``, which inlines without one.
+        keys = [constant(tx, k) for k in iterate(tx, obj)]
+        return constant(tx, item) in keys
+    method = _dunder(obj, "__contains__")
+    if method is None:
+        raise tx.unsupported(f"`in` on a {describe_value(obj)}")
+    return truth(tx, call(tx, method, [item], {}))
+
+
+@iterate.register(UserObjectValue)
+def _object_iterate(tx: Interpreter, obj: UserObjectValue) -> list[Value]:
+    method = _dunder(obj, "__iter__")
+    if method is None:
+        raise tx.unsupported(f"iterating over a {describe_value(obj)}")
+    iterator = call(tx, method, [], {})
+    if isinstance(iterator, UserObjectValue):  # an iterator object: __next__ runs
+        raise tx.unsupported(f"iterating over a {describe_value(obj)} iterator")
+    return iterate(tx, iterator)
+
+
+@length.register(UserObjectValue)
+def _object_length(tx: Interpreter, obj: UserObjectValue) -> int:
+    method = _dunder(obj, "__len__")
+    if method is None:
+        raise tx.unsupported(f"len() of a {describe_value(obj)}")
+    return constant(tx, call(tx, method, [], {}))
 
 
 @rebuild.register(ModuleValue)

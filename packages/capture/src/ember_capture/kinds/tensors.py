@@ -7,13 +7,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import builtin_calls
 from ..behaviour import (
     call_method,
     constant,
+    contains,
     describe_value,
     get_attr,
     get_item,
     iterate,
+    length,
     rebuild,
     set_item,
     truth,
@@ -74,6 +77,18 @@ def _iterate(tx: Interpreter, t: TensorValue) -> list[Value]:
     if t.meta.dim() == 0:
         raise tx.unsupported("iterating over a 0-d tensor")
     return [get_item(tx, t, ConstValue(i)) for i in range(t.meta.shape[0])]
+
+
+@contains.register(TensorValue)
+def _contains(tx: Interpreter, t: TensorValue, item: Value) -> bool:
+    raise tx.unsupported(builtin_calls.IN_WITH_A_TENSOR)
+
+
+@length.register(TensorValue)
+def _length(tx: Interpreter, t: TensorValue) -> int:
+    if t.meta.dim() == 0:
+        raise tx.unsupported("len() of a 0-d tensor")
+    return t.meta.shape[0]
 
 
 @get_item.register(TensorValue)
