@@ -184,3 +184,51 @@ def test_callable_answers_for_every_kind_of_value():
     x = torch.randn(2)
     torch.testing.assert_close(cache(x), probe(x))
     assert cache.captures == 1 and not cache.breaks and not cache.refused
+
+
+class Recorded(dict):
+    """A registry keyed by class name, like transformers' output recorders."""
+
+    def get(self, obj):
+        return super().get(type(obj).__name__) or {}
+
+
+RECORDED = Recorded(Tensor={"scale": 2.0})
+
+
+def recorded_scale(x):
+    return x * RECORDED.get(x).get("scale", 1.0)
+
+
+def test_super_reaches_dict_methods_of_a_dict_subclass():
+    cache = CaptureCache(recorded_scale)
+    x = torch.randn(3)
+    torch.testing.assert_close(cache(x), x * 2.0)
+    RECORDED["Tensor"] = {"scale": 3.0}  # a changed entry recompiles
+    torch.testing.assert_close(cache(x), x * 3.0)
+    del RECORDED["Tensor"]  # a missing key recompiles
+    torch.testing.assert_close(cache(x), x)
+    RECORDED["Tensor"] = {"scale": 2.0}
+    assert cache.captures == 3 and not cache.breaks and not cache.refused
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, depth):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+        self.depth = depth
+
+    def forward(self, x):
+        for layer in self.layers[: self.depth]:
+            x = torch.relu(layer(x))
+        return x + self.layers[-1:][0].bias
+
+
+def test_a_slice_of_a_module_list_is_its_entries():
+    model = Stack(2)
+    cache = CaptureCache(model.forward)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(cache(x), model(x))
+    model.layers.append(torch.nn.Linear(4, 4))  # another length recompiles
+    torch.testing.assert_close(cache(x), model(x))
+    assert cache.captures == 2 and not cache.breaks and not cache.refused

@@ -201,6 +201,29 @@ class KeysSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class BuiltinDictSource(Source):
+    """What ``dict``'s own methods see of a dict subclass: its keys (``key`` is
+    None) or the entry under ``key``, read past the subclass's overrides."""
+
+    base: Source
+    key: object = None
+
+    def _read(self, base: str) -> str:
+        if self.key is None:
+            return f"list(dict.keys({base}))"
+        return f"dict.__getitem__({base}, {self.key!r})"
+
+    def name(self) -> str:
+        return self._read(self.base.name())
+
+    def code(self) -> str:
+        return self._read(self.base.code())
+
+    def expr(self) -> str:
+        return self._read(self.base.expr())
+
+
+@dataclass(frozen=True, slots=True)
 class ModuleEntrySource(Source):
     """A parameter, buffer or submodule registered on an nn.Module: prints as the
     attribute (``L['self'].fc``) but is read from ``_modules['fc']`` and friends,

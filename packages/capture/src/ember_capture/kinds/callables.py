@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 
 from .. import builtin_calls
 from ..behaviour import call, call_method, get_attr, rebuild
-from ..source import AttrSource, ItemSource
+from ..guards import Guard, GuardKind
+from ..source import AttrSource, BuiltinDictSource, ItemSource
 from ..variables import (
     BoundFunctionValue,
+    DictValue,
     FunctionValue,
     MethodValue,
     ObjectValue,
@@ -57,6 +59,8 @@ def _super_attr(tx: Interpreter, sup: SuperValue, name: str) -> Value:
             attr = mro[index].__dict__[name]
             if isinstance(attr, types.FunctionType):
                 return BoundFunctionValue(attr, sup.receiver, source)
+            if mro[index] is dict and name in _DICT_READERS:
+                return MethodValue(_builtin_dict(tx, sup.receiver), name)
             raise tx.unsupported(f"super().{name} of kind {type(attr).__name__}")
     raise tx.unsupported(f"super().{name}: no such attribute")
 
@@ -72,3 +76,27 @@ def _rebuild_bound(out: Emitter, v: BoundFunctionValue) -> str:
         raise TypeError(f"a {type(v).__name__} has no value outside capture")
     method_type = out.constant(types.MethodType)
     return f"{method_type}({out.read(v.source)}, {out.expr(v.receiver)})"
+
+
+# dict's own methods that only read, which a dict subclass reaches with super().
+_DICT_READERS = frozenset({"get", "keys", "values", "items", "copy"})
+
+
+def _builtin_dict(tx: Interpreter, receiver: Value) -> DictValue:
+    """A dict subclass's contents as ``dict``'s own methods see them, each
+    entry guarded (the keys by value, in order), for reading only: the view has
+    no source, so nothing written to it would be replayed."""
+    if receiver.source is None:
+        raise tx.unsupported("dict methods of a dict subclass made in the function")
+    real = receiver.value
+    keys = list(dict.keys(real))
+    tx.output.guards.add(
+        Guard(GuardKind.EQUALS_MATCH, BuiltinDictSource(receiver.source), (list, keys))
+    )
+    items = {
+        k: tx.output.wrap(
+            dict.__getitem__(real, k), BuiltinDictSource(receiver.source, k)
+        )
+        for k in keys
+    }
+    return DictValue(items)

@@ -35,6 +35,7 @@ from ..torch_ops import MODULE_CONTAINERS
 from ..variables import (
     BoundFunctionValue,
     ConstValue,
+    ListValue,
     MethodValue,
     ModuleValue,
     ObjectValue,
@@ -144,7 +145,12 @@ def _iterate(tx: Interpreter, v: ModuleValue) -> list[Value]:
 @item_of.register(ModuleValue)
 def _item(tx: Interpreter, obj: ModuleValue, k: object) -> Value:
     if isinstance(k, slice):
-        raise tx.unsupported("slicing a module container")
+        if not isinstance(obj.value, _SLICED_AS_LISTS):
+            raise tx.unsupported(f"slicing a {type(obj.value).__qualname__}")
+        # ``layers[:n]`` is iterated or indexed: its entries, under the length
+        # guard (a Sequential's slice is called, so it is not a list).
+        n = guarded_len(tx, obj)
+        return ListValue([item_of(tx, obj, i) for i in range(n)[k]])
     item = obj.value[k]
     modules = obj.value.__dict__.get("_modules", {})
     if isinstance(k, int) and isinstance(obj.value, MODULE_CONTAINERS):
@@ -217,6 +223,10 @@ def _object_length(tx: Interpreter, obj: UserObjectValue) -> int:
     if method is None:
         raise tx.unsupported(f"len() of a {describe_value(obj)}")
     return constant(tx, call(tx, method, [], {}))
+
+
+# Module containers whose slices become lists of their entries.
+_SLICED_AS_LISTS = (torch.nn.ModuleList, torch.nn.ParameterList)
 
 
 @rebuild.register(ModuleValue)
