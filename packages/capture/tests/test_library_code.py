@@ -232,3 +232,23 @@ def test_a_slice_of_a_module_list_is_its_entries():
     model.layers.append(torch.nn.Linear(4, 4))  # another length recompiles
     torch.testing.assert_close(cache(x), model(x))
     assert cache.captures == 2 and not cache.breaks and not cache.refused
+
+
+def env_scaled(x):
+    import os
+
+    if os.environ.get("EMBER_TEST_FLAG", "0") == "1":
+        return x * 2
+    return x + (os.environ.get("EMBER_TEST_UNSET") is None)
+
+
+def test_environment_reads_are_guarded_by_their_variable(monkeypatch):
+    monkeypatch.delenv("EMBER_TEST_FLAG", raising=False)
+    monkeypatch.delenv("EMBER_TEST_UNSET", raising=False)
+    cache = CaptureCache(env_scaled)
+    x = torch.randn(3)
+    torch.testing.assert_close(cache(x), x + 1)
+    torch.testing.assert_close(cache(x), x + 1)
+    monkeypatch.setenv("EMBER_TEST_FLAG", "1")  # the variable changed: recompiles
+    torch.testing.assert_close(cache(x), x * 2)
+    assert cache.captures == 2 and not cache.breaks and not cache.refused

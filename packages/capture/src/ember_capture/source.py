@@ -110,6 +110,22 @@ class ImportSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class EnvironSource(Source):
+    """An environment variable as ``os.environ.get`` reads it (None if unset)."""
+
+    variable: str
+
+    def name(self) -> str:
+        return f"os.environ.get({self.variable!r})"
+
+    def code(self) -> str:
+        return f"{MODULES_CELL}['os'].environ.get({self.variable!r})"
+
+    def expr(self) -> str:
+        return f"{MODULES_NAME}['os'].environ.get({self.variable!r})"
+
+
+@dataclass(frozen=True, slots=True)
 class FloatTensorSource(Source):
     """A float argument, passed to a graph as a 0-d float64 tensor (read only
     by the transformed function; its guards are on ``base``)."""

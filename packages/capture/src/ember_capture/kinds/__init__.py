@@ -9,6 +9,7 @@ from . import (  # noqa: F401 - each module registers its kinds
     callables,
     containers,
     contexts,
+    environ,
     instances,
     objects,
     tensors,

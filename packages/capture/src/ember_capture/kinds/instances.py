@@ -42,6 +42,7 @@ from ..variables import (
     UserObjectValue,
     Value,
 )
+from . import environ
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -55,6 +56,9 @@ def _attr(tx: Interpreter, obj: Value, name: str) -> Value:
     written = tx.output.attr_writes.get((id(instance), name))
     if written is not None:
         return written
+    stand_in = environ.reader(instance, name)
+    if stand_in is not None:
+        return stand_in
     source = AttrSource(obj.source, name)
     if isinstance(instance, torch.nn.Module):
         for table in ("_parameters", "_buffers", "_modules"):
