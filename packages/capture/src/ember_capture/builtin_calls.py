@@ -344,15 +344,33 @@ def _set_grad_enabled(tx, mode: Value) -> Value:
 # -- constructing objects -------------------------------------------------------------
 
 
+# Classes with a builder of their own (kinds/): (accepts(cls), build(tx, cls,
+# args, kwargs)), tried in order before namedtuples and dataclasses.
+CONSTRUCTORS: list[tuple[Callable[[type], bool], Callable[..., Value]]] = []
+
+
+def constructs(accepts: Callable[[type], bool]):
+    """Register a builder for the classes ``accepts`` says yes to."""
+
+    def register(build: Callable[..., Value]) -> Callable[..., Value]:
+        CONSTRUCTORS.append((accepts, build))
+        return build
+
+    return register
+
+
 def construct(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
     """``cls(*args, **kwargs)`` for the classes capture can build: namedtuples and
     dataclasses with the generated __init__."""
     cls = cls_value.value
+    for accepts, build in CONSTRUCTORS:
+        if accepts(cls):
+            return build(tx, cls, args, kwargs)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        return NamedTupleValue(cls, tuple(_bind_fields(tx, cls, args, kwargs)))
+        return NamedTupleValue(cls, tuple(bind_fields(tx, cls, args, kwargs)))
     if dataclasses.is_dataclass(cls) and _plain_dataclass(cls):
         names = [f.name for f in dataclasses.fields(cls) if f.init]
-        values = _bind_fields(tx, cls, args, kwargs)
+        values = bind_fields(tx, cls, args, kwargs)
         return DataclassValue(cls, dict(zip(names, values)))
     raise tx.unsupported(
         f"constructing a {behaviour.describe(cls)}",
@@ -369,7 +387,7 @@ def _plain_dataclass(cls: type) -> bool:
     )
 
 
-def _bind_fields(tx, cls: type, args, kwargs) -> list[Value]:
+def bind_fields(tx, cls: type, args, kwargs) -> list[Value]:
     if hasattr(cls, "_fields"):
         names, defaults = list(cls._fields), dict(cls._field_defaults)
     else:

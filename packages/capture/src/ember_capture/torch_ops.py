@@ -165,6 +165,7 @@ FOLDABLE_METHOD_TYPES = (
 ITERABLE_CONSTANT_TYPES = (
     tuple, list, range, str, bytes, set, frozenset, dict, torch.Size,
     type({}.keys()),
+    types.MappingProxyType,
 )  # fmt: skip
 
 # Containers whose length decides truthiness and iteration: guarded by length.

@@ -152,6 +152,12 @@ class DataclassValue(Value):
     source: Source | None = None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ModelOutputValue(DataclassValue):
+    """A transformers ModelOutput built inside the function: a dataclass that is
+    also an ordered mapping of its fields that are not None."""
+
+
 @dataclass(slots=True, eq=False)
 class IteratorValue(Value):
     """An iterator over known items; FOR_ITER advances ``position``."""

@@ -11,6 +11,7 @@ from . import (  # noqa: F401 - each module registers its kinds
     contexts,
     environ,
     instances,
+    model_output,
     objects,
     tensors,
 )

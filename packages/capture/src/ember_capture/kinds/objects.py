@@ -5,6 +5,7 @@ inlining its code."""
 
 from __future__ import annotations
 
+import inspect
 import types
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ from ..torch_ops import (
     is_torch_op,
 )
 from ..variables import (
+    BoundFunctionValue,
     ConstValue,
     DictValue,
     FloatInputValue,
@@ -76,7 +78,27 @@ def _unguarded_attr(tx: Interpreter, obj: Value, name: str) -> Value:
     real = getattr(obj.value, name)
     if callable(real) and not isinstance(real, type):
         return MethodValue(obj, name)
+    if isinstance(real, FROZEN_TYPES):
+        return ConstValue(real)
     return tx.output.wrap_trusted(real)
+
+
+# Read-only objects a constant's attributes may be (a signature's parameters):
+# constants too, folded as their owner is.
+FROZEN_TYPES = (inspect.Signature, inspect.Parameter, types.MappingProxyType)
+
+
+@builtin_calls.handles(inspect.signature)
+def _signature(tx: Interpreter, fn: Value) -> Value:
+    """``inspect.signature`` of a function known by identity (its code and
+    defaults are guarded with it), or of one bound to a receiver."""
+    if isinstance(fn, BoundFunctionValue):
+        signature = inspect.signature(fn.func)
+        bound = list(signature.parameters.values())[1:]
+        return ConstValue(signature.replace(parameters=bound))
+    if isinstance(fn, ObjectValue) and isinstance(fn.value, types.FunctionType):
+        return ConstValue(inspect.signature(fn.value))
+    raise tx.unsupported(f"inspect.signature of a {describe_value(fn)}")
 
 
 @set_attr.register(ObjectValue)
