@@ -252,3 +252,25 @@ def test_environment_reads_are_guarded_by_their_variable(monkeypatch):
     monkeypatch.setenv("EMBER_TEST_FLAG", "1")  # the variable changed: recompiles
     torch.testing.assert_close(cache(x), x * 2)
     assert cache.captures == 2 and not cache.breaks and not cache.refused
+
+
+class Chunked(torch.nn.Module):
+    """transformers' apply_chunking_to_forward counts its function's arguments."""
+
+    def chunk(self, x, y):
+        return x * y
+
+    def forward(self, x, y):
+        import inspect
+
+        n = len(inspect.signature(self.chunk).parameters)
+        names = list(inspect.signature(Chunked.chunk).parameters)
+        return self.chunk(x, y) + n + len(names)
+
+
+def test_the_signature_of_a_known_function_folds():
+    model = Chunked()
+    cache = CaptureCache(model.forward)
+    x, y = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(cache(x, y), model(x, y))
+    assert cache.captures == 1 and not cache.breaks and not cache.refused
