@@ -5,37 +5,14 @@ through EMBER_CACHE_KEY, and what ember creates is private whatever the umask.
 Each case runs in new processes, as a warm start does."""
 
 import hashlib
-import json
 import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-_RUN = """
-import json, os, sys, warnings
-os.umask(int(sys.argv[1], 8))
-import torch, ember
-import torch.nn.functional as F
-
-def mlp(x, w1, w2):
-    return torch.tanh(F.gelu(x @ w1) @ w2).sum(-1)
-
-torch.manual_seed(0)
-args = [torch.randn(4, 6), torch.randn(6, 8), torch.randn(8, 3)]
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    compiled = ember.compile(mlp)
-    diff = (compiled(*args) - mlp(*args)).abs().max().item()
-print(json.dumps({
-    "cache": compiled.log.cache_results,
-    "diff": diff,
-    "warnings": [str(w.message) for w in caught],
-}))
-"""
+from conftest import run_mlp
 
 _PLANTED = r"""
 #include <stdio.h>
@@ -52,24 +29,6 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("EMBER_CACHE_KEY", raising=False)
     return tmp_path / "xdg" / "ember"
-
-
-def run(cache_dir: Path, umask: int = 0o022, key: str | None = None) -> dict:
-    """A new process compiling and running ``mlp`` with this cache folder."""
-    env = dict(os.environ, EMBER_CACHE_DIR=str(cache_dir))
-    if key is not None:
-        env["EMBER_CACHE_KEY"] = key
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, oct(umask)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["diff"] < 1e-5  # right, whatever was planted
-    return result
 
 
 def planted_library(tmp_path: Path) -> tuple[bytes, Path]:
@@ -96,7 +55,7 @@ def plant(folder: Path, library: bytes) -> list[Path]:
 def test_a_planted_library_in_a_folder_others_can_write_never_runs(tmp_path, home):
     library, marker = planted_library(tmp_path)
     filled = tmp_path / "filled"
-    assert run(filled)["cache"] == ["miss"]
+    assert run_mlp(filled)["cache"] == ["miss"]
     # A folder every user can write (a shared /tmp folder, a team drive): a
     # stranger copies the cache's layout into it and plants a library under
     # every kernel's name.
@@ -105,7 +64,7 @@ def test_a_planted_library_in_a_folder_others_can_write_never_runs(tmp_path, hom
     assert plant(unsafe, library)
     os.chmod(unsafe, 0o777)
 
-    result = run(unsafe)
+    result = run_mlp(unsafe)
     assert not marker.exists()
     [message] = result["warnings"]
     assert f"the cache folder {unsafe} is not safe to use" in message
@@ -113,13 +72,13 @@ def test_a_planted_library_in_a_folder_others_can_write_never_runs(tmp_path, hom
     assert f"uses {home} instead" in message and "chmod 700" in message
     assert result["cache"] == ["miss"]  # compiled in the user's own cache
     assert list((home / "kernels").glob("*.so"))
-    assert run(unsafe)["cache"] == ["hit"]  # the private cache serves later runs
+    assert run_mlp(unsafe)["cache"] == ["hit"]  # the private cache serves later runs
 
 
 def test_entries_with_right_checksums_but_wrong_tags_are_rebuilt(tmp_path, home):
     library, marker = planted_library(tmp_path)
     cache = tmp_path / "cache"
-    run(cache)
+    run_mlp(cache)
     kernels = plant(cache, library)
     entries = sorted(cache.glob("*/artifacts/*.art"))
     for path in entries:  # a valid header and checksum; the tag is a guess
@@ -127,21 +86,21 @@ def test_entries_with_right_checksums_but_wrong_tags_are_rebuilt(tmp_path, home)
         raw[50:82] = bytes(32)
         path.write_bytes(bytes(raw))
 
-    result = run(cache)
+    result = run_mlp(cache)
     assert not marker.exists()
     assert len(result["warnings"]) == len(kernels) + len(entries)
     for path in kernels + entries:
         [message] = [m for m in result["warnings"] if str(path) in m]
         assert "not trusted" in message and "tag does not verify" in message
     assert result["cache"] == ["miss"]
-    again = run(cache)
+    again = run_mlp(cache)
     assert again["cache"] == ["hit"] and again["warnings"] == []
 
 
 def test_symbolic_links_in_the_cache_are_not_followed(tmp_path, home):
     library, marker = planted_library(tmp_path)
     cache = tmp_path / "cache"
-    run(cache)
+    run_mlp(cache)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "planted.so").write_bytes(library)
@@ -158,7 +117,7 @@ def test_symbolic_links_in_the_cache_are_not_followed(tmp_path, home):
         entry.symlink_to(elsewhere / entry.name)  # even a genuine entry
         links.append(entry)
 
-    result = run(cache)
+    result = run_mlp(cache)
     assert not marker.exists()
     assert len(result["warnings"]) == len(links)
     for path in links:
@@ -166,12 +125,12 @@ def test_symbolic_links_in_the_cache_are_not_followed(tmp_path, home):
         assert "symbolic link, which is never followed" in message
         assert not path.is_symlink()  # the link was removed, its target kept
     assert (elsewhere / "planted.so").exists()
-    assert run(cache)["warnings"] == []
+    assert run_mlp(cache)["warnings"] == []
 
     # A folder of the cache that is a link: the whole cache is refused.
     shutil.rmtree(cache / "kernels")
     (cache / "kernels").symlink_to(elsewhere)
-    [message] = run(cache)["warnings"]
+    [message] = run_mlp(cache)["warnings"]
     assert "not safe to use: its folder kernels: it is a symbolic link" in message
 
 
@@ -180,28 +139,28 @@ def test_a_team_shares_a_group_writable_folder_through_its_key(tmp_path, home):
     team.mkdir()
     os.chmod(team, 0o2770)
     key = "the team's secret, same on every machine"
-    first = run(team, key=key)
+    first = run_mlp(team, key=key)
     assert first["cache"] == ["miss"] and first["warnings"] == []
     kernels = {p: p.stat().st_mtime_ns for p in (team / "kernels").glob("*.so")}
     assert kernels and not (team / "secret.key").exists()  # the key is the secret
-    second = run(team, key=key)
+    second = run_mlp(team, key=key)
     assert second["cache"] == ["hit"] and second["warnings"] == []
     assert {p: p.stat().st_mtime_ns for p in kernels} == kernels  # loaded as is
 
     # Another key loads none of their entries: each is rejected and rebuilt.
-    other = run(team, key="another team's secret, not ours")
+    other = run_mlp(team, key="another team's secret, not ours")
     assert other["cache"] == ["miss"]
     assert other["warnings"] and all("not trusted" in m for m in other["warnings"])
 
     # Without a key, a folder the group can write is refused.
-    [message] = run(team)["warnings"]
+    [message] = run_mlp(team)["warnings"]
     assert "not safe to use: its group" in message and "EMBER_CACHE_KEY" in message
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
 def test_a_new_cache_is_private_whatever_the_umask(tmp_path, home, umask):
     cache = tmp_path / "new" / "cache"
-    assert run(cache, umask)["cache"] == ["miss"]
+    assert run_mlp(cache, umask)["cache"] == ["miss"]
     modes = {
         str(path.relative_to(cache)): stat.S_IMODE(path.lstat().st_mode)
         for path in cache.rglob("*")
@@ -215,7 +174,7 @@ def test_a_new_cache_is_private_whatever_the_umask(tmp_path, home, umask):
     assert wrong == {}
     # A team's folder: the group reads files and writes folders.
     team = tmp_path / "team"
-    run(team, umask, key="the team's secret, same on every machine")
+    run_mlp(team, umask, key="the team's secret, same on every machine")
     for path in [team, *team.rglob("*")]:
         expected = 0o2770 if path.is_dir() else 0o640
         assert stat.S_IMODE(path.lstat().st_mode) == expected, path
@@ -226,5 +185,5 @@ def test_a_folder_that_belongs_to_someone_else_is_refused(tmp_path, home):
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o700)
     os.chown(theirs, 65534, 65534)
-    [message] = run(theirs)["warnings"]
+    [message] = run_mlp(theirs)["warnings"]
     assert "belongs to" in message and "uid 65534" in message

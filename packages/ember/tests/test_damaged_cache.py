@@ -4,60 +4,22 @@ its sibling files: the next process warns once, naming what it removed, rebuilds
 it, and matches eager; the one after that finds everything whole."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import warnings
 
 import pytest
 import torch
+from conftest import run_mlp
 
 import ember
 from ember_runtime import ArtifactStore, open_cache
-
-_RUN = """
-import json, warnings, torch, ember
-import torch.nn.functional as F
-
-def mlp(x, w1, w2):
-    return torch.tanh(F.gelu(x @ w1) @ w2).sum(-1)
-
-torch.manual_seed(0)
-args = [torch.randn(4, 6), torch.randn(6, 8), torch.randn(8, 3)]
-compiled = ember.compile(mlp)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    diff = (compiled(*args) - mlp(*args)).abs().max().item()
-print(json.dumps({
-    "cache": compiled.log.cache_results,
-    "diff": diff,
-    "warnings": [str(w.message) for w in caught],
-}))
-"""
-
-
-def run(cache_dir) -> dict:
-    """A new process compiling and running ``mlp`` with this cache folder."""
-    env = dict(os.environ, EMBER_CACHE_DIR=str(cache_dir))
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["diff"] < 1e-5
-    return result
 
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
     """A cache folder that one process filled."""
     folder = tmp_path_factory.mktemp("warm")
-    result = run(folder)
+    result = run_mlp(folder)
     assert result["cache"] == ["miss"] and result["warnings"] == []
     return folder
 
@@ -91,12 +53,12 @@ def test_damaged_files_are_removed_with_one_warning_and_rebuilt(warm, tmp_path, 
         for path in damaged:
             damage(path, how)
 
-    result = run(tmp_path)
+    result = run_mlp(tmp_path)
     for path in damaged:
         [message] = [m for m in result["warnings"] if str(path) in m]
         assert "damaged" in message
     assert len(result["warnings"]) == len(damaged), result["warnings"]
-    again = run(tmp_path)  # whole again: nothing to warn about (run checks eager)
+    again = run_mlp(tmp_path)  # whole again: nothing to warn about (run checks eager)
     assert again["cache"] == ["hit"] and again["warnings"] == []
 
 
