@@ -1,6 +1,5 @@
 """The umbrella's public API: compile forms, backends, caching, explain, errors."""
 
-import inspect
 import json
 import warnings
 from pathlib import Path
@@ -329,9 +328,9 @@ def test_a_break_met_again_by_a_recompile_is_counted_once():
     ]
 
 
-def reads_a_signature_after_a_break(x, obj):
+def reads_a_set_after_a_break(x, obj):
     y = x.sin()
-    n = len(inspect.signature(reads_a_signature_after_a_break).parameters)
+    n = len(y.tolist())
     return y * n * len(obj.items)
 
 
@@ -341,22 +340,22 @@ class HoldsASet:
 
 
 def test_warnings_name_the_users_file_line_and_variables():
-    compiled = ember.compile(reads_a_signature_after_a_break)
+    compiled = ember.compile(reads_a_set_after_a_break)
     x = torch.randn(3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = compiled(x, HoldsASet())
-    torch.testing.assert_close(out, reads_a_signature_after_a_break(x, HoldsASet()))
+    torch.testing.assert_close(out, reads_a_set_after_a_break(x, HoldsASet()))
     messages = [w for w in caught if "ember" in str(w.message)]
     assert messages
-    line = reads_a_signature_after_a_break.__code__.co_firstlineno + 2
+    line = reads_a_set_after_a_break.__code__.co_firstlineno + 3
     for w in messages:
         text = str(w.message)
         assert w.filename == __file__, w.filename  # the user's call, not ember's
         assert f"{__file__}:{line}" in text, text
         for internal in ("<ember", "L[", "___", "__resume", "__ember"):
             assert internal not in text, text
-        assert "reads_a_signature_after_a_break (from line" in text
+        assert "reads_a_set_after_a_break (from line" in text
 
 
 def helper_that_prints(y):
