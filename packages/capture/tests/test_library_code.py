@@ -2,6 +2,7 @@
 questions libraries ask to choose a compile-friendly path."""
 
 import collections.abc
+import functools
 import sys
 import types
 
@@ -274,3 +275,25 @@ def test_the_signature_of_a_known_function_folds():
     x, y = torch.randn(3), torch.randn(3)
     torch.testing.assert_close(cache(x, y), model(x, y))
     assert cache.captures == 1 and not cache.breaks and not cache.refused
+
+
+GELU_TANH = functools.partial(torch.nn.functional.gelu, approximate="tanh")
+SCALED = functools.partial(torch.mul, 2.0)
+
+
+def activate(x):
+    return GELU_TANH(x) + SCALED(x)
+
+
+def test_a_partial_is_called_through_its_function():
+    global GELU_TANH
+    cache = CaptureCache(activate)
+    x = torch.randn(4)
+    torch.testing.assert_close(cache(x), activate(x))
+    torch.testing.assert_close(cache(x), activate(x))
+    GELU_TANH = functools.partial(torch.nn.functional.gelu, approximate="none")
+    try:  # another partial, another keyword: a new entry, eager's answer
+        torch.testing.assert_close(cache(x), activate(x))
+    finally:
+        GELU_TANH = functools.partial(torch.nn.functional.gelu, approximate="tanh")
+    assert cache.captures == 2 and not cache.breaks and not cache.refused

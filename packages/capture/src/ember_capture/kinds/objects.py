@@ -5,6 +5,7 @@ inlining its code."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from typing import TYPE_CHECKING
@@ -139,10 +140,27 @@ def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
         return builtin_calls.construct(tx, fn, args, kwargs)
     if isinstance(target, types.FunctionType):
         return tx.inline(fn, args, kwargs)
+    if isinstance(target, functools.partial):
+        return _call_partial(tx, fn, args, kwargs)
     raise tx.unsupported(
         f"calling {describe(target)}",
         "ember cannot trace into this callable; move it outside the compiled code",
     )
+
+
+def _call_partial(tx: Interpreter, fn: ObjectValue, args, kwargs) -> Value:
+    """``partial(f, *a, **k)(*args, **kwargs)`` is ``f(*a, *args, **k, **kwargs)``;
+    the partial's parts are read (and guarded) as attributes of it."""
+    if fn.source is None:  # torch's own code: trusted, as its globals are
+        parts = fn.value
+        func = tx.output.wrap_trusted(parts.func)
+        bound = [constant_value(a) for a in parts.args]
+        keywords = {k: constant_value(v) for k, v in parts.keywords.items()}
+    else:
+        func = get_attr(tx, fn, "func")
+        bound = iterate(tx, get_attr(tx, fn, "args"))
+        keywords = dict(get_attr(tx, fn, "keywords").items)
+    return call(tx, func, [*bound, *args], {**keywords, **kwargs})
 
 
 @call_method.register(ConstValue)
