@@ -114,7 +114,7 @@ TORCH_META_FUNCTIONS: dict[Callable, Callable] = {
     torch._C._has_torch_function_variadic: lambda *args: False,
     # What library code asks to choose its compile-friendly path: ember is
     # compiling while it captures (eager calls still answer False), and is
-    # neither exporting nor torch.jit tracing.
+    # neither exporting nor being traced by the TorchScript tracer.
     torch.compiler.is_compiling: lambda: True,
     torch.compiler.is_exporting: lambda: False,
     torch._C._is_tracing: lambda: False,
