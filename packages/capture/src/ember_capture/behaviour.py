@@ -1,6 +1,7 @@
 """The operations every kind of value answers: attribute reads and writes, calls,
-truth, iteration, item access, its constant, its description, and the Python that
-rebuilds the real object in the transformed code.
+truth, iteration, item access, its constant, its Python type, the values it holds,
+its description, and the Python that rebuilds the real object in the transformed
+code.
 
 Each operation dispatches on the kind of value (``functools.singledispatch``);
 kinds/ registers each kind's answers, one module per family of kinds. The
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .guards import Guard, GuardKind
@@ -62,6 +63,12 @@ def get_attr(tx: Interpreter, obj: Value, name: str) -> Value:
 def set_attr(tx: Interpreter, obj: Value, name: str, value: Value) -> None:
     """``obj.name = value``: recorded and replayed after the graph."""
     raise tx.unsupported(f"assigning attribute {name!r} of a {describe_value(obj)}")
+
+
+@on_value(1)
+def del_attr(tx: Interpreter, obj: Value, name: str) -> None:
+    """``del obj.name``."""
+    raise tx.unsupported(f"deleting attribute {name!r} of a {describe_value(obj)}")
 
 
 @on_value(1)
@@ -140,11 +147,54 @@ def constant(tx: Interpreter, v: Value) -> object:
 
 
 @on_value(1)
+def copy_of(tx: Interpreter, v: Value, memo: dict[int, Value] | None) -> Value:
+    """``copy.copy(v)``, or ``copy.deepcopy(v)`` when ``memo`` is given (the
+    copies made so far, by id of the original, so shared parts stay shared)."""
+    raise tx.unsupported(f"copying a {describe_value(v)}")
+
+
+def deep_copy(tx: Interpreter, v: Value, memo: dict[int, Value]) -> Value:
+    """``copy.deepcopy(v)`` within one deep copy: each original copied once."""
+    if id(v) not in memo:
+        memo[id(v)] = copy_of(tx, v, memo)
+    return memo[id(v)]
+
+
+@on_value(1)
 def rebuild(out: Emitter, v: Value) -> str:
     """Python that evaluates to the real object ``v`` stands for, in the
     transformed code ``out`` writes. Raises TypeError for values that have no
     real counterpart (iterators, functions built during capture)."""
     raise TypeError(f"a {type(v).__name__} has no value outside capture")
+
+
+@on_value(0)
+def python_type(v: Value) -> type:
+    """The Python type of the real object ``v`` stands for (``object`` for the
+    kinds that stand for no real object)."""
+    return object
+
+
+@on_value(0)
+def parts(v: Value) -> dict[object, Value]:
+    """The values ``v`` holds, by index, key or attribute name (a container's
+    items, an object's attributes): what the graph must return for ``v`` to be
+    rebuilt, and what a call may change in place."""
+    return {}
+
+
+def reachable(roots: list[Value]) -> Iterator[Value]:
+    """Every value reachable from ``roots`` through ``parts``, each once, depth
+    first in order (objects may hold themselves)."""
+    seen: set[int] = set()
+    todo = list(reversed(roots))
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        yield v
+        todo.extend(reversed(list(parts(v).values())))
 
 
 @on_value(0)

@@ -9,35 +9,32 @@ next to its code.
 from __future__ import annotations
 
 import builtins
+import copy
 import dataclasses
 import operator
-import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
 from . import behaviour, grad_mode
+from .errors import CaptureError
 from .guards import Guard, GuardKind
 from .source import HasAttrSource, ModuleEntrySource, NamedMembersSource
 from .variables import (
-    BoundFunctionValue,
     ConstValue,
     DataclassValue,
     DictValue,
-    FunctionValue,
     GeneratorValue,
     GradModeValue,
     IteratorValue,
     ListValue,
-    MethodValue,
     ModuleValue,
     NamedTupleValue,
     ObjectValue,
     SuperValue,
     TensorValue,
     TupleValue,
-    UserObjectValue,
     Value,
 )
 
@@ -75,40 +72,28 @@ def _len(tx, obj: Value) -> Value:
     return ConstValue(behaviour.length(tx, obj))
 
 
+@handles(builtins.bool)
+def _bool(tx, *obj: Value) -> Value:
+    return ConstValue(bool(obj) and behaviour.truth(tx, obj[0]))
+
+
 @handles(builtins.isinstance)
 def _isinstance(tx, obj: Value, classes: Value) -> Value:
-    return ConstValue(issubclass(python_type(obj), behaviour.constant(tx, classes)))
+    return ConstValue(
+        issubclass(behaviour.python_type(obj), behaviour.constant(tx, classes))
+    )
 
 
 @handles(builtins.type)
 def _type(tx, obj: Value, *rest: Value) -> Value:
     if rest:
         raise tx.unsupported("creating a class with type(name, bases, dict)")
-    return ObjectValue(python_type(obj))
-
-
-def python_type(v: Value) -> type:
-    """The Python type of the real object a value stands for."""
-    if isinstance(v, TensorValue):
-        return v.python_type
-    if isinstance(v, (ConstValue, ObjectValue, ModuleValue, UserObjectValue)):
-        return type(v.value)
-    if isinstance(v, (NamedTupleValue, DataclassValue)):
-        return v.cls
-    kinds = {
-        TupleValue: tuple,
-        ListValue: list,
-        DictValue: dict,
-        FunctionValue: types.FunctionType,
-        BoundFunctionValue: types.MethodType,
-        MethodValue: types.MethodType,
-    }
-    return kinds.get(type(v), object)
+    return ObjectValue(behaviour.python_type(obj))
 
 
 @handles(builtins.callable)
 def _callable(tx, obj: Value) -> Value:
-    cls = python_type(obj)
+    cls = behaviour.python_type(obj)
     return ConstValue(any("__call__" in k.__dict__ for k in cls.__mro__))
 
 
@@ -117,22 +102,28 @@ def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value
     attr = behaviour.constant(tx, name)
     if default is None:
         return behaviour.get_attr(tx, obj, attr)
-    try:
-        return behaviour.get_attr(tx, obj, attr)
-    except AttributeError:
-        _guard_missing(tx, obj, attr)
-        return default
+    found = _look_up(tx, obj, attr)
+    return default if found is None else found
 
 
 @handles(builtins.hasattr)
 def _hasattr(tx, obj: Value, name: Value) -> Value:
-    attr = behaviour.constant(tx, name)
+    return ConstValue(_look_up(tx, obj, behaviour.constant(tx, name)) is not None)
+
+
+def _look_up(tx, obj: Value, attr: str) -> Value | None:
+    """``obj.attr``, or None where reading it raises AttributeError, also from
+    inside an inlined ``__getattribute__``, ``__getattr__`` or property (Python's
+    getattr with a default and hasattr catch those too)."""
     try:
-        behaviour.get_attr(tx, obj, attr)
+        return behaviour.get_attr(tx, obj, attr)
     except AttributeError:
-        _guard_missing(tx, obj, attr)
-        return ConstValue(False)
-    return ConstValue(True)
+        pass
+    except CaptureError as e:
+        if not isinstance(e.__cause__, AttributeError) or e.break_point is not None:
+            raise
+    _guard_missing(tx, obj, attr)
+    return None
 
 
 def _guard_missing(tx, obj: Value, attr: str) -> None:
@@ -140,6 +131,30 @@ def _guard_missing(tx, obj: Value, attr: str) -> None:
     if obj.source is not None:
         source = HasAttrSource(obj.source, attr)
         tx.output.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (bool, False)))
+
+
+@handles(builtins.setattr)
+def _setattr(tx, obj: Value, name: Value, value: Value) -> Value:
+    behaviour.set_attr(tx, obj, behaviour.constant(tx, name), value)
+    return ConstValue(None)
+
+
+@handles(builtins.delattr)
+def _delattr(tx, obj: Value, name: Value) -> Value:
+    behaviour.del_attr(tx, obj, behaviour.constant(tx, name))
+    return ConstValue(None)
+
+
+@handles(copy.copy)
+def _copy(tx, obj: Value) -> Value:
+    return behaviour.copy_of(tx, obj, None)
+
+
+@handles(copy.deepcopy)
+def _deepcopy(tx, obj: Value, memo: Value | None = None) -> Value:
+    if memo is not None and not behaviour.is_none(memo):
+        raise tx.unsupported("copy.deepcopy with a memo of the caller's")
+    return behaviour.deep_copy(tx, obj, {})
 
 
 @handles(builtins.iter)
@@ -344,8 +359,9 @@ def _set_grad_enabled(tx, mode: Value) -> Value:
 # -- constructing objects -------------------------------------------------------------
 
 
-# Classes with a builder of their own (kinds/): (accepts(cls), build(tx, cls,
-# args, kwargs)), tried in order before namedtuples and dataclasses.
+# Classes with a builder of their own (kinds/): (accepts(cls), build(tx,
+# cls_value, args, kwargs)), tried in order before namedtuples and dataclasses;
+# ``cls_value`` is the class as the frame read it (its source guards it).
 CONSTRUCTORS: list[tuple[Callable[[type], bool], Callable[..., Value]]] = []
 
 
@@ -360,15 +376,16 @@ def constructs(accepts: Callable[[type], bool]):
 
 
 def construct(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
-    """``cls(*args, **kwargs)`` for the classes capture can build: namedtuples and
+    """``cls(*args, **kwargs)`` for the classes capture can build: those kinds/
+    registers (objects of plain user classes, ModelOutputs), namedtuples, and
     dataclasses with the generated __init__."""
     cls = cls_value.value
     for accepts, build in CONSTRUCTORS:
         if accepts(cls):
-            return build(tx, cls, args, kwargs)
+            return build(tx, cls_value, args, kwargs)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return NamedTupleValue(cls, tuple(bind_fields(tx, cls, args, kwargs)))
-    if dataclasses.is_dataclass(cls) and _plain_dataclass(cls):
+    if dataclasses.is_dataclass(cls) and plain_dataclass(cls):
         names = [f.name for f in dataclasses.fields(cls) if f.init]
         values = bind_fields(tx, cls, args, kwargs)
         return DataclassValue(cls, dict(zip(names, values)))
@@ -378,7 +395,9 @@ def construct(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
     )
 
 
-def _plain_dataclass(cls: type) -> bool:
+def plain_dataclass(cls: type) -> bool:
+    """A dataclass capture builds field by field: the generated __init__ for
+    every field and no __post_init__."""
     fields = dataclasses.fields(cls)
     return (
         not hasattr(cls, "__post_init__")

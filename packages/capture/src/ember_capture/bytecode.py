@@ -40,7 +40,6 @@ def jumps_backward(inst: dis.Instruction) -> bool:
 
 # What the user wrote, for opcodes capture does not handle yet (by opname prefix).
 _CONSTRUCTS = {
-    "DELETE_ATTR": "deleting an attribute",
     "PUSH_EXC_INFO": "exception handling",
     "SEND": "yield from or await",
     "MATCH_": "a match statement",

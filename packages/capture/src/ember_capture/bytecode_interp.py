@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from . import bytecode, kinds, opcodes  # noqa: F401 - kinds registers the value kinds
+from .behaviour import parts, reachable
 from .call_routing import user_code
 from .errors import CaptureError
 from .output_graph import OutputGraph
@@ -34,7 +35,6 @@ from .variables import (
     DictValue,
     FunctionValue,
     GeneratorValue,
-    ListValue,
     TupleValue,
     Value,
 )
@@ -363,27 +363,25 @@ class BreakPoint:
     side_effects: int  # writes recorded before the instruction ran
     grad_enabled: bool  # the grad mode the instruction runs under
     lineno: int
-    # (container, shallow copy) for the lists and dicts a call could mutate
+    # (value, its parts' ids) for the lists, dicts and objects a call could change
     contents: tuple[tuple[Value, object], ...]
 
     def containers_unchanged(self) -> bool:
-        return all(_snapshot(c) == copy for c, copy in self.contents)
+        return all(_snapshot(v) == copy for v, copy in self.contents)
 
 
 def _contents(stack: list[Value], locals_: dict[str, Value]) -> tuple:
-    containers = [
-        v for v in [*stack, *locals_.values()] if isinstance(v, (ListValue, DictValue))
+    """(value, what it holds) for every value the stack and locals reach that
+    holds others: lists, dicts and objects made in the function, which a call
+    may change in place."""
+    held = [
+        (v, _snapshot(v)) for v in reachable([*stack, *locals_.values()]) if parts(v)
     ]
-    return tuple((c, _snapshot(c)) for c in containers)
+    return tuple(held)
 
 
-def _snapshot(container: Value) -> object:
-    items = container.items
-    return (
-        [id(v) for v in items]
-        if isinstance(items, list)
-        else {k: id(v) for k, v in items.items()}
-    )
+def _snapshot(v: Value) -> dict[object, int]:
+    return {k: id(part) for k, part in parts(v).items()}
 
 
 def _cell_source(fn_source: Source, code: types.CodeType, name: str) -> Source:

@@ -16,7 +16,7 @@ from . import autocast, meta_memo, transform
 from .behaviour import rebuild
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
-from .side_effects import AttrWrite, GlobalWrite, SideEffect
+from .side_effects import AttrWrite, DeferredCall, GlobalWrite, SideEffect
 from .source import (
     FLOAT_TENSOR_CELL,
     GLOBALS_CELL,
@@ -51,7 +51,7 @@ class Emitter:
         # an attribute that a rebuilt value was first read from.
         self._snapshot_at: int | None = None
         self._snapshots: dict[str, str] = {}
-        self._made: dict[int, str] = {}  # id of a ListValue/DictValue -> its name
+        self._made: dict[int, str] = {}  # id of a list, dict or object -> its name
 
     def call_graph(self, live: list[Value]) -> None:
         """Finish the graph, returning every tensor in ``live``, and call it."""
@@ -100,6 +100,10 @@ class Emitter:
                 target = self.expr(effect.target)
                 value = self.expr(effect.value)
                 self.body.append(f"setattr({target}, {effect.name!r}, {value})")
+            elif isinstance(effect, DeferredCall):
+                args = [self.expr(a) for a in effect.args]
+                args += [f"{k}={self.expr(v)}" for k, v in effect.kwargs.items()]
+                self.body.append(f"{self.expr(effect.fn)}({', '.join(args)})")
             elif isinstance(effect, GlobalWrite):
                 target = effect.globals_source.code()
                 value = self.expr(effect.value)
@@ -136,6 +140,20 @@ class Emitter:
             contents = self._contents(container)
             name = self._made[id(container)] = f"__ember_made{len(self._made)}"
             self.body.append(f"{name} = {contents}")
+        return name
+
+    def new_object(self, cls: type, obj: Value, attrs: dict[str, Value]) -> str:
+        """The one object made for ``obj``, an instance of ``cls`` made in the
+        function: allocated first (so attributes may hold it), then given
+        ``attrs`` the way its ``__init__`` gave them, without running it again."""
+        name = self._made.get(id(obj))
+        if name is None:
+            name = self._made[id(obj)] = f"__ember_made{len(self._made)}"
+            allocate = self.constant(object.__new__)
+            self.body.append(f"{name} = {allocate}({self.constant(cls)})")
+            assign = self.constant(object.__setattr__)
+            for attr, value in attrs.items():
+                self.body.append(f"{assign}({name}, {attr!r}, {self.expr(value)})")
         return name
 
     def read(self, source: Source) -> str:

@@ -176,6 +176,11 @@ def _store_attr(tx, inst):
     behaviour.set_attr(tx, obj, inst.argval, value)
 
 
+@opcode("DELETE_ATTR")
+def _delete_attr(tx, inst):
+    behaviour.del_attr(tx, tx.pop(), inst.argval)
+
+
 @opcode("STORE_GLOBAL")
 def _store_global(tx, inst):
     value = tx.pop()

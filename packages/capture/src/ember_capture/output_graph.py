@@ -21,28 +21,36 @@ import torch
 import torch.fx
 
 from . import autocast, meta_memo
+from .behaviour import reachable
 from .errors import CaptureError
 from .grad_mode import GradModeExit
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
-from .side_effects import AttrWrite, ContentsWrite, GlobalWrite, SideEffect
+from .side_effects import (
+    AttrWrite,
+    ContentsWrite,
+    DeferredCall,
+    GlobalWrite,
+    SideEffect,
+)
 from .source import (
+    MODULES_NAME,
     AttrSource,
+    EntrySource,
     FloatTensorSource,
     ItemSource,
     KeysSource,
     LenSource,
     LocalSource,
     Source,
+    index_text,
 )
 from .variables import (
     BoundFunctionValue,
     ConstValue,
     ContextExitValue,
-    DataclassValue,
     DictValue,
     FloatInputValue,
     ListValue,
-    MethodValue,
     ModuleValue,
     NamedTupleValue,
     ObjectValue,
@@ -142,12 +150,15 @@ class OutputGraph:
                 return TupleValue(tuple(items), source)
             return NamedTupleValue(type(value), tuple(items), source)
         if type(value) in (dict, collections.OrderedDict):
-            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             keys = list(value)
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             self.guards.add(
                 Guard(GuardKind.EQUALS_MATCH, KeysSource(source), (list, keys))
             )
-            items = {k: self.wrap(value[k], ItemSource(source, k)) for k in keys}
+            items = {
+                k: self.wrap(value[k], _entry_source(source, i, k))
+                for i, k in enumerate(keys)
+            }
             wrapped = DictValue(items, source)
             self._containers[id(value)] = (value, wrapped)
             return wrapped
@@ -171,7 +182,7 @@ class OutputGraph:
         if isinstance(value, IDENTITY_TYPES) or callable(value):
             self.guards.add(Guard(GuardKind.ID_MATCH, source, value))
             return ObjectValue(value, source)
-        if hasattr(value, "__dict__"):
+        if hasattr(value, "__dict__") or hasattr(type(value), "__slots__"):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             return UserObjectValue(value, source)
         raise self.error(
@@ -253,6 +264,10 @@ class OutputGraph:
     ) -> None:
         self.global_writes[(id(f_globals), name)] = value
         self.side_effects.append(GlobalWrite(globals_source, name, value))
+
+    def defer_call(self, fn: Value, args: tuple, kwargs: dict) -> None:
+        """Make the call ``fn(*args, **kwargs)`` after the graph (logging)."""
+        self.side_effects.append(DeferredCall(fn, tuple(args), dict(kwargs)))
 
     def write_contents(self, container: ListValue | DictValue) -> None:
         """``container`` (read from a source) was changed in place."""
@@ -473,26 +488,28 @@ def _meta_of(v: TensorValue) -> torch.Tensor:
     return v.meta
 
 
-def tensor_leaves(v: object):
-    if isinstance(v, TensorValue):
-        yield v
-    elif isinstance(v, (TupleValue, ListValue, NamedTupleValue)):
-        for i in v.items:
-            yield from tensor_leaves(i)
-    elif isinstance(v, DictValue):
-        for i in v.items.values():
-            yield from tensor_leaves(i)
-    elif isinstance(v, DataclassValue):
-        for i in v.fields.values():
-            yield from tensor_leaves(i)
-    elif isinstance(v, (MethodValue, BoundFunctionValue)):
-        yield from tensor_leaves(v.receiver)
-    elif isinstance(v, (tuple, list)):
-        for i in v:
-            yield from tensor_leaves(i)
-    elif isinstance(v, dict):
-        for i in v.values():
-            yield from tensor_leaves(i)
+def _entry_source(source: Source, position: int, key: object) -> Source:
+    """Where a dict's entry is read: by its key, or by its position when no
+    literal names the key (the keys are guarded in order either way)."""
+    if index_text(key, MODULES_NAME) is None:
+        return EntrySource(source, position, key)
+    return ItemSource(source, key)
+
+
+def tensor_leaves(v: object) -> list[TensorValue]:
+    """The tensors in ``v`` (a value, or Python tuples, lists and dicts of
+    values), each once, in order."""
+    roots: list[Value] = []
+    flatten = [v]
+    while flatten:
+        item = flatten.pop(0)
+        if isinstance(item, (tuple, list)):
+            flatten[:0] = list(item)
+        elif isinstance(item, dict):
+            flatten[:0] = list(item.values())
+        else:
+            roots.append(item)
+    return [t for t in reachable(roots) if isinstance(t, TensorValue)]
 
 
 # Tensor methods that move a tensor between devices.

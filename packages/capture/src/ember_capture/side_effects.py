@@ -4,6 +4,7 @@ Capture never changes the user's objects. It records each write (an attribute, a
 module global, the contents of a list or dict that came from outside), lets later
 reads in the same capture see the new value, and the transformed function replays
 the writes in order after the graph has run, so Python state ends as eager leaves it.
+Calls that only report (logging) are recorded the same way and made in that order.
 """
 
 from __future__ import annotations
@@ -41,7 +42,17 @@ class ContentsWrite:
     container: ListValue | DictValue
 
 
-SideEffect = AttrWrite | GlobalWrite | ContentsWrite
+@dataclass(frozen=True, slots=True, eq=False)
+class DeferredCall:
+    """``fn(*args, **kwargs)`` for a call that only reports (logging): it runs
+    after the graph, in order with the other effects."""
+
+    fn: Value
+    args: tuple[Value, ...]
+    kwargs: dict[str, Value]
+
+
+SideEffect = AttrWrite | GlobalWrite | ContentsWrite | DeferredCall
 
 
 def written_values(effects: list[SideEffect]) -> list[Value]:
@@ -50,6 +61,8 @@ def written_values(effects: list[SideEffect]) -> list[Value]:
     for effect in effects:
         if isinstance(effect, ContentsWrite):
             values.append(effect.container)
+        elif isinstance(effect, DeferredCall):
+            values += [effect.fn, *effect.args, *effect.kwargs.values()]
         else:
             values.append(effect.value)
     return values

@@ -7,7 +7,9 @@ and messages, and as a plain Python expression for the transformed code.
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 from dataclasses import dataclass
 
 # The closure cell through which transformed code reads the function's globals.
@@ -169,19 +171,44 @@ class AttrSource(Source):
 
 @dataclass(frozen=True, slots=True)
 class ItemSource(Source):
-    """``base[index]`` for a constant index (int, str or other hashable literal)."""
+    """``base[index]`` for a constant index: a literal, or a class (a dict keyed
+    by types); ``index_text`` says which indices can be written."""
 
     base: Source
     index: object
 
     def name(self) -> str:
-        return f"{self.base.name()}[{self.index!r}]"
+        index = self.index
+        shown = index.__qualname__ if isinstance(index, type) else repr(index)
+        return f"{self.base.name()}[{shown}]"
 
     def code(self) -> str:
-        return f"{self.base.code()}[{self.index!r}]"
+        return f"{self.base.code()}[{index_text(self.index, MODULES_CELL)}]"
 
     def expr(self) -> str:
-        return f"{self.base.expr()}[{self.index!r}]"
+        return f"{self.base.expr()}[{index_text(self.index, MODULES_NAME)}]"
+
+
+def index_text(index: object, modules: str) -> str | None:
+    """Python for a constant index: its literal, or a class read from the module
+    that defines it (``modules`` names sys.modules there); None when neither
+    reads back as the same object."""
+    if isinstance(index, tuple):
+        items = [index_text(i, modules) for i in index]
+        if None in items:
+            return None
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    if type(index) in (str, int, bool, bytes, type(None)) or (
+        type(index) is float and math.isfinite(index)
+    ):
+        return repr(index)
+    if isinstance(index, type) and "<" not in index.__qualname__:
+        found = sys.modules.get(index.__module__)
+        for part in index.__qualname__.split("."):
+            found = getattr(found, part, None)
+        if found is index:
+            return f"{modules}[{index.__module__!r}].{index.__qualname__}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +241,25 @@ class KeysSource(Source):
 
     def expr(self) -> str:
         return f"list({self.base.expr()})"
+
+
+@dataclass(frozen=True, slots=True)
+class EntrySource(Source):
+    """The value at ``position`` of a dict read from the frame whose keys are
+    guarded in order: for a key no Python literal names (``typing.Union``)."""
+
+    base: Source
+    position: int
+    key: object
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.key!r}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()}.values())[{self.position}]"
+
+    def expr(self) -> str:
+        return f"list({self.base.expr()}.values())[{self.position}]"
 
 
 @dataclass(frozen=True, slots=True)

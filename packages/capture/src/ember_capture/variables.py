@@ -119,6 +119,18 @@ class DictValue(Value):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class NewObjectValue(Value):
+    """An instance of a user class made inside the function: its ``__init__`` was
+    inlined, its attributes are values changed in place, and it is rebuilt once
+    (one object wherever it is held) if it outlives the graph."""
+
+    cls: type
+    attrs: DictValue  # its __dict__, changed in place
+    cls_source: Source | None  # where the class was read: its attributes' source
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class NamedTupleValue(Value):
     """A namedtuple, or a torch.return_types struct sequence (what max(dim),
     topk or sort return): a tuple whose items are also read by field name."""
@@ -206,7 +218,7 @@ class BoundFunctionValue(Value):
     """A Python function bound to ``receiver`` (methods of modules and objects,
     classmethods, functions found through super()); calls are inlined."""
 
-    func: object  # a types.FunctionType
+    func: object  # a types.FunctionType, or a slot of object reached by super()
     receiver: Value
     source: Source | None = None  # where ``func`` itself can be read
 

@@ -11,7 +11,10 @@ from . import (  # noqa: F401 - each module registers its kinds
     contexts,
     environ,
     instances,
+    loggers,
     model_output,
+    new_objects,
     objects,
+    protocols,
     tensors,
 )

@@ -8,22 +8,39 @@ import types
 from typing import TYPE_CHECKING
 
 from .. import builtin_calls
-from ..behaviour import call, call_method, get_attr, rebuild
+from ..behaviour import call, call_method, get_attr, parts, python_type, rebuild
 from ..guards import Guard, GuardKind
-from ..source import AttrSource, BuiltinDictSource, ItemSource
+from ..source import AttrSource, BuiltinDictSource, ItemSource, Source
 from ..variables import (
     BoundFunctionValue,
     DictValue,
     FunctionValue,
     MethodValue,
+    NewObjectValue,
     ObjectValue,
     SuperValue,
     Value,
 )
+from .new_objects import OBJECT_SLOTS
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
     from ..emit import Emitter
+
+
+@python_type.register(MethodValue, BoundFunctionValue)
+def _method_type(v: Value) -> type:
+    return types.MethodType
+
+
+@python_type.register(FunctionValue)
+def _function_type(v: FunctionValue) -> type:
+    return types.FunctionType
+
+
+@parts.register(MethodValue, BoundFunctionValue)
+def _receiver(v: MethodValue | BoundFunctionValue) -> dict[object, Value]:
+    return {"__self__": v.receiver}
 
 
 @call.register(MethodValue)
@@ -37,6 +54,8 @@ def _call_method(tx: Interpreter, fn: MethodValue, args, kwargs) -> Value:
 @call.register(BoundFunctionValue)
 def _call_bound(tx: Interpreter, fn: BoundFunctionValue, args, kwargs) -> Value:
     function = ObjectValue(fn.func, fn.source)
+    if not isinstance(fn.func, types.FunctionType):  # object's own slots
+        return call(tx, function, [fn.receiver, *args], kwargs)
     return tx.inline(function, [fn.receiver, *args], kwargs)
 
 
@@ -47,22 +66,31 @@ def _call_function(tx: Interpreter, fn: FunctionValue, args, kwargs) -> Value:
 
 @get_attr.register(SuperValue)
 def _super_attr(tx: Interpreter, sup: SuperValue, name: str) -> Value:
-    mro = type(sup.receiver.value).__mro__
+    mro = python_type(sup.receiver).__mro__
     start = mro.index(sup.cls) + 1
     for index in range(start, len(mro)):
         if name in mro[index].__dict__:
-            mro_source = ItemSource(
-                AttrSource(AttrSource(sup.receiver.source, "__class__"), "__mro__"),
-                index,
-            )
-            source = ItemSource(AttrSource(mro_source, "__dict__"), name)
+            source = _class_source(sup.receiver)
+            if source is not None:
+                mro_source = ItemSource(AttrSource(source, "__mro__"), index)
+                source = ItemSource(AttrSource(mro_source, "__dict__"), name)
             attr = mro[index].__dict__[name]
             if isinstance(attr, types.FunctionType):
                 return BoundFunctionValue(attr, sup.receiver, source)
+            if mro[index] is object and attr in OBJECT_SLOTS:
+                return BoundFunctionValue(attr, sup.receiver)
             if mro[index] is dict and name in _DICT_READERS:
                 return MethodValue(_builtin_dict(tx, sup.receiver), name)
             raise tx.unsupported(f"super().{name} of kind {type(attr).__name__}")
     raise tx.unsupported(f"super().{name}: no such attribute")
+
+
+def _class_source(receiver: Value) -> Source | None:
+    """Where the receiver's class is read: through the object read from the
+    frame, or where the function read the class of an object it made."""
+    if isinstance(receiver, NewObjectValue):
+        return receiver.cls_source
+    return AttrSource(receiver.source, "__class__") if receiver.source else None
 
 
 @rebuild.register(MethodValue)

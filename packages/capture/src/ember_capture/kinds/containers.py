@@ -11,6 +11,8 @@ from .. import builtin_calls
 from ..behaviour import (
     constant,
     contains,
+    copy_of,
+    deep_copy,
     del_item,
     describe_value,
     get_attr,
@@ -18,6 +20,8 @@ from ..behaviour import (
     iterate,
     key,
     length,
+    parts,
+    python_type,
     rebuild,
     set_attr,
     set_item,
@@ -41,6 +45,74 @@ if TYPE_CHECKING:
     from ..emit import Emitter
 
 _SEQUENCES = (TupleValue, ListValue, NamedTupleValue)
+
+
+@python_type.register(TupleValue)
+def _tuple_type(v: TupleValue) -> type:
+    return tuple
+
+
+@python_type.register(ListValue)
+def _list_type(v: ListValue) -> type:
+    return list
+
+
+@python_type.register(DictValue)
+def _dict_type(v: DictValue) -> type:
+    return dict
+
+
+@python_type.register(NamedTupleValue, DataclassValue)
+def _class_type(v: NamedTupleValue | DataclassValue) -> type:
+    return v.cls
+
+
+@parts.register(*_SEQUENCES)
+def _sequence_parts(v: Value) -> dict[object, Value]:
+    return dict(enumerate(v.items))
+
+
+@parts.register(DictValue)
+def _dict_parts(v: DictValue) -> dict[object, Value]:
+    return dict(v.items)
+
+
+@parts.register(DataclassValue)
+def _dataclass_parts(v: DataclassValue) -> dict[object, Value]:
+    return dict(v.fields)
+
+
+def _copied(tx: Interpreter, values, memo) -> list[Value]:
+    """The items of a copy: the same values, or deep copies of them."""
+    if memo is None:
+        return list(values)
+    return [deep_copy(tx, v, memo) for v in values]
+
+
+@copy_of.register(TupleValue, ListValue)
+def _copy_sequence(tx: Interpreter, v: Value, memo) -> Value:
+    if isinstance(v, TupleValue) and memo is None:
+        return v  # copy.copy of a tuple is the tuple
+    items = _copied(tx, v.items, memo)
+    return ListValue(items) if isinstance(v, ListValue) else TupleValue(tuple(items))
+
+
+@copy_of.register(NamedTupleValue)
+def _copy_named(tx: Interpreter, v: NamedTupleValue, memo) -> Value:
+    return (
+        v if memo is None else NamedTupleValue(v.cls, tuple(_copied(tx, v.items, memo)))
+    )
+
+
+@copy_of.register(DictValue)
+def _copy_dict(tx: Interpreter, v: DictValue, memo) -> Value:
+    return DictValue(dict(zip(v.items, _copied(tx, v.items.values(), memo))))
+
+
+@copy_of.register(DataclassValue)
+def _copy_dataclass(tx: Interpreter, v: DataclassValue, memo) -> Value:
+    fields = dict(zip(v.fields, _copied(tx, v.fields.values(), memo)))
+    return type(v)(v.cls, fields)
 
 
 @get_attr.register(TupleValue, ListValue, DictValue)

@@ -12,6 +12,7 @@ from ..behaviour import constant
 from ..guards import Guard, GuardKind
 from ..source import EnvironSource
 from ..variables import ConstValue, ObjectValue, Value
+from .instances import STAND_INS
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -22,11 +23,14 @@ def environ_get(key: str, default: object = None) -> object:
     return os.environ.get(key, default)
 
 
-def reader(instance: object, name: str) -> Value | None:
-    """The stand-in for ``instance.name`` when it is a read of the environment."""
-    if instance is os.environ and name == "get":
+def _reader(obj: Value, name: str) -> Value | None:
+    """The stand-in for ``obj.name`` when it is a read of the environment."""
+    if obj.value is os.environ and name == "get":
         return ObjectValue(environ_get)
     return None
+
+
+STAND_INS.append(_reader)
 
 
 @builtin_calls.handles(environ_get)

@@ -6,9 +6,9 @@ replayed, module calls inlined behind a no-hooks guard, and the containers
 
 from __future__ import annotations
 
-import collections.abc
 import inspect
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,13 +18,14 @@ from ..behaviour import (
     call,
     constant,
     contains,
+    copy_of,
     describe_value,
     get_attr,
-    get_item,
     guarded_len,
     item_of,
     iterate,
     length,
+    python_type,
     rebuild,
     set_attr,
     truth,
@@ -35,18 +36,30 @@ from ..torch_ops import MODULE_CONTAINERS
 from ..variables import (
     BoundFunctionValue,
     ConstValue,
+    DictValue,
     ListValue,
     MethodValue,
     ModuleValue,
     ObjectValue,
+    TensorValue,
     UserObjectValue,
     Value,
 )
-from . import environ
+from .new_objects import copy_with_state
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
     from ..emit import Emitter
+
+
+# Readers that answer ``obj.name`` for particular objects (os.environ.get, a
+# logger's methods) before Python's own lookup; None passes to the next.
+STAND_INS: list[Callable[[Value, str], Value | None]] = []
+
+
+@python_type.register(ModuleValue, UserObjectValue)
+def _type(v: Value) -> type:
+    return type(v.value)
 
 
 @get_attr.register(ModuleValue, UserObjectValue)
@@ -56,9 +69,15 @@ def _attr(tx: Interpreter, obj: Value, name: str) -> Value:
     written = tx.output.attr_writes.get((id(instance), name))
     if written is not None:
         return written
-    stand_in = environ.reader(instance, name)
-    if stand_in is not None:
-        return stand_in
+    for reader in STAND_INS:
+        stand_in = reader(obj, name)
+        if stand_in is not None:
+            return stand_in
+    if obj.source is None:  # one of torch's modules, made in the function
+        method = inspect.getattr_static(type(instance), name, None)
+        if isinstance(method, types.FunctionType):
+            return BoundFunctionValue(method, obj, None)
+        return tx.output.wrap_trusted(getattr(instance, name))
     source = AttrSource(obj.source, name)
     if isinstance(instance, torch.nn.Module):
         for table in ("_parameters", "_buffers", "_modules"):
@@ -88,12 +107,59 @@ def _attr(tx: Interpreter, obj: Value, name: str) -> Value:
     return tx.output.wrap(getattr(instance, name), source)
 
 
+def _stateless_torch_module(cls: type) -> bool:
+    return issubclass(cls, torch.nn.Module) and cls.__module__.startswith(
+        "torch.nn.modules."
+    )
+
+
+@builtin_calls.constructs(_stateless_torch_module)
+def _construct_module(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
+    """``nn.CrossEntropyLoss()``, ``nn.GELU()``... made inside the function:
+    built now from constant arguments, as torch's own code that holds no
+    parameters or buffers; rebuilt as that same object if it escapes."""
+    cls = cls_value.value
+    if any(isinstance(a, TensorValue) for a in [*args, *kwargs.values()]):
+        raise tx.unsupported(
+            f"constructing a {cls.__qualname__} from a tensor, which it would "
+            "hold as a parameter or buffer",
+            "build the module in __init__ and call it in forward",
+        )
+    module = cls(*[constant(tx, a) for a in args], **_constants(tx, kwargs))
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        raise tx.unsupported(
+            f"constructing a {cls.__qualname__}, which holds parameters or buffers",
+            "build the module in __init__ and call it in forward",
+        )
+    return ModuleValue(module)
+
+
+def _constants(tx: Interpreter, kwargs: dict[str, Value]) -> dict[str, object]:
+    return {k: constant(tx, v) for k, v in kwargs.items()}
+
+
 def class_attr_source(obj: Value, name: str, *attrs: str) -> Source:
     """``type(obj).name`` (then ``attrs``): where a method's function lives."""
     source = AttrSource(AttrSource(obj.source, "__class__"), name)
     for attr in attrs:
         source = AttrSource(source, attr)
     return source
+
+
+@copy_of.register(UserObjectValue)
+def _copy(tx: Interpreter, obj: UserObjectValue, memo) -> Value:
+    """A copy of an object read from the frame: its ``__dict__`` read (each
+    entry guarded), with the writes this function made to it so far."""
+    instance = obj.value
+    if not hasattr(instance, "__dict__"):
+        raise tx.unsupported(f"copying a {describe_value(obj)} without a __dict__")
+    state = tx.output.wrap(instance.__dict__, AttrSource(obj.source, "__dict__"))
+    items = dict(state.items)
+    for (owner, name), value in tx.output.attr_writes.items():
+        if owner == id(instance):
+            items[name] = value
+    cls_source = AttrSource(obj.source, "__class__")
+    return copy_with_state(tx, obj, DictValue(items), cls_source, memo)
 
 
 @set_attr.register(ModuleValue, UserObjectValue)
@@ -117,19 +183,19 @@ def _call_module(tx: Interpreter, m: ModuleValue, args, kwargs) -> Value:
             "the instance",
             "define forward on the class",
         )
-    tx.output.guards.add(Guard(GuardKind.NO_HOOKS, m.source, None))
+    if m.source is not None:  # one made in the function has no hooks to add
+        tx.output.guards.add(Guard(GuardKind.NO_HOOKS, m.source, None))
     forward = get_attr(tx, m, "forward")
     return call(tx, forward, args, kwargs)
 
 
-@truth.register(ModuleValue, UserObjectValue)
-def _truth(tx: Interpreter, v: Value) -> bool:
+@truth.register(ModuleValue)
+def _truth(tx: Interpreter, v: ModuleValue) -> bool:
     if isinstance(v.value, MODULE_CONTAINERS):
         return bool(guarded_len(tx, v))
     cls = type(v.value)
     if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
-        kind = "module" if isinstance(v, ModuleValue) else "object"
-        raise tx.unsupported(f"the truth of a {cls.__qualname__} {kind}")
+        raise tx.unsupported(f"the truth of a {cls.__qualname__} module")
     return True
 
 
@@ -175,58 +241,6 @@ def _module_contains(tx: Interpreter, m: ModuleValue, item: Value) -> bool:
 @length.register(ModuleValue)
 def _module_length(tx: Interpreter, m: ModuleValue) -> int:
     return guarded_len(tx, m)
-
-
-# -- the protocols of user classes: their Python dunders, inlined ----------------
-
-
-def _dunder(obj: Value, name: str) -> BoundFunctionValue | None:
-    """``type(obj).name`` bound to ``obj`` when the class defines it in Python."""
-    fn = inspect.getattr_static(type(obj.value), name, None)
-    if isinstance(fn, types.FunctionType):
-        return BoundFunctionValue(fn, obj, class_attr_source(obj, name))
-    return None
-
-
-@get_item.register(UserObjectValue)
-def _object_item(tx: Interpreter, obj: UserObjectValue, index: Value) -> Value:
-    method = _dunder(obj, "__getitem__")
-    if method is None:
-        raise tx.unsupported(f"indexing a {describe_value(obj)}")
-    return call(tx, method, [index], {})
-
-
-@contains.register(UserObjectValue)
-def _object_contains(tx: Interpreter, obj: UserObjectValue, item: Value) -> bool:
-    test = inspect.getattr_static(type(obj.value), "__contains__", None)
-    if test is collections.abc.Mapping.__contains__:
-        # The mixin tries ``self[key]`` and catches KeyError; by the Mapping
-        # contract that is ``key in iter(self)``, which inlines without one.
-        keys = [constant(tx, k) for k in iterate(tx, obj)]
-        return constant(tx, item) in keys
-    method = _dunder(obj, "__contains__")
-    if method is None:
-        raise tx.unsupported(f"`in` on a {describe_value(obj)}")
-    return truth(tx, call(tx, method, [item], {}))
-
-
-@iterate.register(UserObjectValue)
-def _object_iterate(tx: Interpreter, obj: UserObjectValue) -> list[Value]:
-    method = _dunder(obj, "__iter__")
-    if method is None:
-        raise tx.unsupported(f"iterating over a {describe_value(obj)}")
-    iterator = call(tx, method, [], {})
-    if isinstance(iterator, UserObjectValue):  # an iterator object: __next__ runs
-        raise tx.unsupported(f"iterating over a {describe_value(obj)} iterator")
-    return iterate(tx, iterator)
-
-
-@length.register(UserObjectValue)
-def _object_length(tx: Interpreter, obj: UserObjectValue) -> int:
-    method = _dunder(obj, "__len__")
-    if method is None:
-        raise tx.unsupported(f"len() of a {describe_value(obj)}")
-    return constant(tx, call(tx, method, [], {}))
 
 
 # Module containers whose slices become lists of their entries.

@@ -43,7 +43,8 @@ def is_model_output(cls: type) -> bool:
 
 
 @builtin_calls.constructs(is_model_output)
-def _build(tx: Interpreter, cls: type, args, kwargs) -> Value:
+def _build(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
+    cls = cls_value.value
     names = [f.name for f in dataclasses.fields(cls)]
     values = builtin_calls.bind_fields(tx, cls, args, kwargs)
     first, rest = values[0], values[1:]

@@ -5,6 +5,7 @@ inlining its code."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import types
@@ -16,6 +17,7 @@ from ..behaviour import (
     call_method,
     constant,
     constant_value,
+    copy_of,
     describe,
     describe_value,
     fold,
@@ -23,6 +25,7 @@ from ..behaviour import (
     hashable,
     item_of,
     iterate,
+    python_type,
     rebuild,
     set_attr,
     truth,
@@ -54,6 +57,16 @@ from .containers import SEQUENCE_OPS, is_sequence_op
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
     from ..emit import Emitter
+
+
+@python_type.register(ConstValue, ObjectValue)
+def _type(v: Value) -> type:
+    return type(v.value)
+
+
+@python_type.register(FloatInputValue)
+def _float_type(v: FloatInputValue) -> type:
+    return float  # guarded by type: asking it does not read the value
 
 
 @get_attr.register(ConstValue)
@@ -107,6 +120,34 @@ def _set_attr(tx: Interpreter, obj: ObjectValue, name: str, value: Value) -> Non
     if obj.source is None:
         raise tx.unsupported(f"assigning attribute {name!r} of a {describe_value(obj)}")
     tx.output.write_attr(obj, name, value)
+
+
+@copy_of.register(ConstValue)
+def _copy_constant(tx: Interpreter, v: ConstValue, memo) -> Value:
+    return ConstValue(
+        copy.deepcopy(v.value) if memo is not None else copy.copy(v.value)
+    )
+
+
+@copy_of.register(FloatInputValue)
+def _copy_float(tx: Interpreter, v: FloatInputValue, memo) -> Value:
+    return v  # a float copies to itself; its value stays unread
+
+
+@copy_of.register(ObjectValue)
+def _copy_object(tx: Interpreter, v: ObjectValue, memo) -> Value:
+    if not isinstance(v.value, _COPIED_AS_THEMSELVES):
+        raise tx.unsupported(f"copying a {describe_value(v)}")
+    return v
+
+
+# What copy and deepcopy hand back unchanged.
+_COPIED_AS_THEMSELVES = (
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.ModuleType,
+)
 
 
 @call.register(ConstValue, ObjectValue)

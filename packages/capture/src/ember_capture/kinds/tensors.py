@@ -17,6 +17,7 @@ from ..behaviour import (
     get_item,
     iterate,
     length,
+    python_type,
     rebuild,
     set_item,
     truth,
@@ -32,6 +33,11 @@ from ..variables import ConstValue, MethodValue, TensorValue, Value
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
     from ..emit import Emitter
+
+
+@python_type.register(TensorValue)
+def _type(t: TensorValue) -> type:
+    return t.python_type
 
 
 @get_attr.register(TensorValue)
