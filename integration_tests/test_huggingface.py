@@ -1,8 +1,8 @@
 """Hugging Face transformers models, built from tiny configs (no downloads), through
-ember.compile: eval logits and one training step (loss and every parameter's
-gradient) compared with eager, on two batch and sequence sizes. Each family is
-captured whole, as torch.compile captures it: one graph per size and no graph
-break (printed with ``pytest -s``), so a regression in capture shows up here."""
+ember.compile(fullgraph=True): eval logits and one training step (loss and every
+parameter's gradient) compared with eager, on two batch and sequence sizes. Each
+family is captured whole, as torch.compile captures it: one graph per size and no
+graph break (printed with ``pytest -s``), so a regression in capture shows up here."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def test_eval_logits_match_eager(name: str) -> None:
     family = FAMILIES[name]
     torch.manual_seed(0)
     model = family.build().eval()
-    compiled = ember.compile(model)
+    compiled = ember.compile(model, fullgraph=True)  # as torch.compile can
     for batch, seq in SIZES:
         inputs = family.inputs(batch, seq)
         with torch.no_grad():
@@ -256,7 +256,7 @@ def test_training_step_matches_eager(name: str) -> None:
     family = FAMILIES[name]
     torch.manual_seed(0)
     model = family.build().train()
-    compiled = ember.compile(model)
+    compiled = ember.compile(model, fullgraph=True)  # as torch.compile can
     for batch, seq in SIZES:
         inputs = {**family.inputs(batch, seq), "labels": family.labels(batch, seq)}
         expected_loss, expected_grads = _step(model, inputs)

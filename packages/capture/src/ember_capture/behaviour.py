@@ -161,6 +161,18 @@ def deep_copy(tx: Interpreter, v: Value, memo: dict[int, Value]) -> Value:
 
 
 @on_value(1)
+def enter(tx: Interpreter, ctx: Value, offset: int) -> tuple[Value, Value]:
+    """``with ctx:`` at the BEFORE_WITH at ``offset``: (the exit the block's end
+    calls with three Nones, what ``__enter__`` returned)."""
+    raise tx.unsupported(
+        f"a with-block over a {describe_value(ctx)}",
+        "ember captures with-blocks over torch.no_grad, torch.enable_grad, "
+        "torch.set_grad_enabled, torch.autocast, contextlib's managers and "
+        "classes with Python __enter__ and __exit__",
+    )
+
+
+@on_value(1)
 def rebuild(out: Emitter, v: Value) -> str:
     """Python that evaluates to the real object ``v`` stands for, in the
     transformed code ``out`` writes. Raises TypeError for values that have no

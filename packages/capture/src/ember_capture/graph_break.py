@@ -84,7 +84,9 @@ def finish_at_break(
     if len(handlers) != len(exits):
         return _cannot_resume(error, "inside a with block over this context manager")
     if name == "CALL" and not point.containers_unchanged():
-        return _cannot_resume(error, "after the call had changed a list, dict or object made here")
+        return _cannot_resume(
+            error, "after the call had changed a list, dict or object made here"
+        )
     live = _live_locals(code, point, f_locals)
     if not all(_rebuildable(v) for v in point.stack) or any(
         isinstance(v, _STACK_ONLY) or not _rebuildable(v) for v in live.values()

@@ -12,16 +12,14 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import autocast, behaviour, builtin_calls, grad_mode, imports
+from . import behaviour, builtin_calls, imports
 from .variables import (
     NULL,
-    AutocastValue,
     Cell,
     ConstValue,
     DictValue,
     FunctionValue,
     GeneratorValue,
-    GradModeValue,
     IteratorValue,
     ListValue,
     NullValue,
@@ -552,24 +550,9 @@ def _call_function_ex(tx, inst):
 
 @opcode("BEFORE_WITH")
 def _before_with(tx, inst):
-    ctx = tx.pop()
-    if isinstance(ctx, AutocastValue):
-        if tx.depth == 0 and inst.offset in tx.output.autocast_to_python:
-            raise tx.unsupported(
-                "an autocast block with a graph break inside",
-                "its with-statement runs as Python; the block is captured on its own",
-            )
-        tx.push(autocast.enter(tx, ctx, inst.offset))
-        tx.push(ctx)  # autocast's __enter__ returns the autocast object
-        return
-    if not isinstance(ctx, GradModeValue):
-        raise tx.unsupported(
-            f"a with-block over a {behaviour.describe_value(ctx)}",
-            "ember captures with-blocks over torch.no_grad, torch.enable_grad, "
-            "torch.set_grad_enabled and torch.autocast",
-        )
-    tx.push(grad_mode.enter_grad_mode(tx, ctx))
-    tx.push(ConstValue(None))  # what __enter__ returns for these managers
+    exit_value, entered = behaviour.enter(tx, tx.pop(), inst.offset)
+    tx.push(exit_value)
+    tx.push(entered)
 
 
 @opcode("RETURN_VALUE")

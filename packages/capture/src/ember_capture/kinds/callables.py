@@ -54,7 +54,7 @@ def _call_method(tx: Interpreter, fn: MethodValue, args, kwargs) -> Value:
 @call.register(BoundFunctionValue)
 def _call_bound(tx: Interpreter, fn: BoundFunctionValue, args, kwargs) -> Value:
     function = ObjectValue(fn.func, fn.source)
-    if not isinstance(fn.func, types.FunctionType):  # object's own slots
+    if fn.func in builtin_calls.HANDLERS:  # object's slots, capture's stand-ins
         return call(tx, function, [fn.receiver, *args], kwargs)
     return tx.inline(function, [fn.receiver, *args], kwargs)
 

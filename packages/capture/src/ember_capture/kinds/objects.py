@@ -233,6 +233,14 @@ def _item(tx: Interpreter, obj: ConstValue, k: object) -> Value:
     return constant_value(obj.value[k])
 
 
+@item_of.register(ObjectValue)
+def _subscript(tx: Interpreter, obj: ObjectValue, k: object) -> Value:
+    """``Optional[T]``, ``list[int]``: a type annotation evaluated in code."""
+    if not (isinstance(obj.value, type) or type(obj.value).__module__ == "typing"):
+        raise tx.unsupported(f"indexing a {describe_value(obj)}")
+    return ObjectValue(obj.value[k])
+
+
 @constant.register(ConstValue, ObjectValue)
 def _constant(tx: Interpreter, v: Value) -> object:
     return v.value
