@@ -329,3 +329,82 @@ def test_objects_with_slots_are_read_by_attribute():
     result = capture(slotted, torch.randn(2), Frozen(3.0))
     assert result.break_reason is None
     assert "value" in str(result.guards)
+
+
+class Registry(collections.abc.MutableMapping):
+    """transformers' GeneralInterface: a class-wide mapping behind the mixins."""
+
+    _global = {"relu": torch.relu}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._global[key]
+
+    def __setitem__(self, key, value):
+        self._local[key] = value
+
+    def __delitem__(self, key):
+        del self._local[key]
+
+    def __iter__(self):
+        return iter({**self._global, **self._local})
+
+    def __len__(self):
+        return len(self._global.keys() | self._local.keys())
+
+    def pick(self, key, default):
+        return super().get(key, default)
+
+
+REGISTRY = Registry()
+
+
+def dispatch(x):
+    act = REGISTRY.pick("relu", torch.tanh)(x)
+    fallback = REGISTRY.get("eager", torch.sigmoid)(x)
+    return act + fallback + ("relu" in REGISTRY) + ("gelu" in REGISTRY)
+
+
+def test_mapping_mixins_that_catch_key_errors_answer_by_their_contract():
+    cache = CaptureCache(dispatch)
+    x = torch.randn(5)
+    torch.testing.assert_close(cache(x), dispatch(x))
+    assert _captured_whole(cache)
+
+
+class Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x**3)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2.0  # not the derivative: a straight-through style rule
+
+
+def custom(x, w):
+    return Gelu.apply(x @ w).sum(-1)
+
+
+def test_an_autograd_function_without_grad_is_its_forward_inlined():
+    cache = CaptureCache(custom)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(cache(x, w), custom(x, w))
+    assert _captured_whole(cache)
+
+
+def test_an_autograd_function_with_grad_keeps_its_own_backward():
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    result = capture(custom, x, w)
+    assert "Gelu.apply on tensors that require grad" in result.break_reason.reason
+    cache = CaptureCache(custom)
+    cache(x, w).sum().backward()
+    got, w.grad = w.grad, None
+    custom(x, w).sum().backward()
+    torch.testing.assert_close(got, w.grad)  # the user's rule, not autograd's

@@ -27,6 +27,8 @@ class GuardKind(enum.Enum):
     ID_MATCH = "id_match"  # functions, classes, modules: by identity
     TYPE_MATCH = "type_match"  # objects whose attributes are read separately
     NO_HOOKS = "no_hooks"  # an inlined nn.Module call: no module or global hooks
+    # a module call whose forward hooks are inlined: no backward or global hooks
+    ONLY_FORWARD_HOOKS = "only_forward_hooks"
     SAME_OBJECT = "same_object"  # two sources that name one tensor (tied weights)
     KEY_NOT_IN = "key_not_in"  # a builtin read: no module global shadows it
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, deterministic flag
@@ -123,6 +125,8 @@ class Guard:
                 return f"type({where}) is {self.expected.__qualname__}"
             case GuardKind.NO_HOOKS:
                 return f"{where} has no hooks"
+            case GuardKind.ONLY_FORWARD_HOOKS:
+                return f"{where} has no backward or global hooks"
             case GuardKind.SAME_OBJECT:
                 return f"{where} is {self.expected.name()}"
             case GuardKind.KEY_NOT_IN:
@@ -185,6 +189,19 @@ def module_has_no_hooks(module: torch.nn.Module) -> bool:
     )
 
 
+def module_has_only_forward_hooks(module: torch.nn.Module) -> bool:
+    """True when the only hooks that calling ``module`` runs are its own
+    forward hooks and pre-hooks (which capture inlines)."""
+    return not (
+        module._backward_hooks
+        or module._backward_pre_hooks
+        or nn_module._global_forward_hooks
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_backward_hooks
+        or nn_module._global_backward_pre_hooks
+    )
+
+
 def _fmt(v: object) -> str:
     return str(list(v)) if isinstance(v, tuple) else str(v)
 
@@ -212,6 +229,10 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
     GuardKind.NO_HOOKS: (
         "___no_hooks({v})",
         lambda v, e: "a forward or backward hook was registered",
+    ),
+    GuardKind.ONLY_FORWARD_HOOKS: (
+        "___only_forward_hooks({v})",
+        lambda v, e: "a backward or global hook was registered",
     ),
     GuardKind.KEY_NOT_IN: (
         "{e} not in {v}",
@@ -274,6 +295,7 @@ class GuardChecker:
             "___tensor_matches": _tensor_matches,
             "___global_state": GlobalState.current,
             "___no_hooks": module_has_no_hooks,
+            "___only_forward_hooks": module_has_only_forward_hooks,
             **_MODULES,
         }
         terms = []

@@ -88,6 +88,8 @@ IDENTITY_TYPES = (
     types.MethodDescriptorType,
     types.WrapperDescriptorType,
     types.CodeType,  # immutable: library code reads co_varnames to bind arguments
+    types.UnionType,  # type annotations (``int | None``) that validators read
+    types.GenericAlias,
     torch._ops.OpOverloadPacket,
     torch._ops.OpOverload,
 )

@@ -6,12 +6,14 @@ kind is a class in variables.py and its answers here, next to each other.
 """
 
 from . import (  # noqa: F401 - each module registers its kinds
+    autograd_functions,
     callables,
     containers,
     contexts,
     environ,
     instances,
     loggers,
+    mixins,
     model_output,
     new_objects,
     objects,

@@ -30,7 +30,12 @@ from ..behaviour import (
     set_attr,
     truth,
 )
-from ..guards import Guard, GuardKind, module_has_no_hooks
+from ..guards import (
+    Guard,
+    GuardKind,
+    module_has_no_hooks,
+    module_has_only_forward_hooks,
+)
 from ..source import AttrSource, ItemSource, KeysSource, ModuleEntrySource, Source
 from ..torch_ops import MODULE_CONTAINERS
 from ..variables import (
@@ -45,6 +50,7 @@ from ..variables import (
     UserObjectValue,
     Value,
 )
+from .hooks import call_with_hooks
 from .new_objects import copy_with_state
 
 if TYPE_CHECKING:
@@ -172,10 +178,12 @@ def _set_attr(tx: Interpreter, obj: Value, name: str, value: Value) -> None:
 @call.register(ModuleValue)
 def _call_module(tx: Interpreter, m: ModuleValue, args, kwargs) -> Value:
     mod = m.value
-    if not module_has_no_hooks(mod):
+    hooked = not module_has_no_hooks(mod)
+    if hooked and (m.source is None or not module_has_only_forward_hooks(mod)):
         raise tx.unsupported(
-            f"calling module {type(mod).__qualname__} that has hooks",
-            "remove the hooks or call the module outside the compiled code",
+            f"calling module {type(mod).__qualname__} that has backward or "
+            "global hooks",
+            "remove those hooks or call the module outside the compiled code",
         )
     if "forward" in mod.__dict__:
         raise tx.unsupported(
@@ -183,9 +191,11 @@ def _call_module(tx: Interpreter, m: ModuleValue, args, kwargs) -> Value:
             "the instance",
             "define forward on the class",
         )
+    forward = get_attr(tx, m, "forward")
+    if hooked:
+        return call_with_hooks(tx, m, forward, args, kwargs)
     if m.source is not None:  # one made in the function has no hooks to add
         tx.output.guards.add(Guard(GuardKind.NO_HOOKS, m.source, None))
-    forward = get_attr(tx, m, "forward")
     return call(tx, forward, args, kwargs)
 
 

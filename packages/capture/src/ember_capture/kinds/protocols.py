@@ -1,10 +1,10 @@
 """Python's protocols on objects of user classes (truth, ``len``, items,
 iteration, ``in``, calls), answered by inlining the class's own Python dunders:
-for objects read from the frame and objects made in the function alike."""
+for objects read from the frame and objects made in the function alike (the
+``collections.abc`` mixins among them are answered by mixins.py)."""
 
 from __future__ import annotations
 
-import collections.abc
 import inspect
 import types
 from typing import TYPE_CHECKING
@@ -22,7 +22,6 @@ from ..behaviour import (
 )
 from ..variables import (
     BoundFunctionValue,
-    ConstValue,
     NewObjectValue,
     UserObjectValue,
     Value,
@@ -86,12 +85,6 @@ def _item(tx: Interpreter, obj: Value, index: Value) -> Value:
 
 @iterate.register(*_OBJECTS)
 def _iterate(tx: Interpreter, obj: Value) -> list[Value]:
-    if inspect.getattr_static(python_type(obj), "__iter__", None) is (
-        collections.abc.Sequence.__iter__
-    ):
-        # The mixin indexes until IndexError; by the Sequence contract that is
-        # ``self[i]`` for i below ``len(self)``, which inlines without one.
-        return [_item(tx, obj, ConstValue(i)) for i in range(_length(tx, obj))]
     iterator = _protocol(tx, obj, "__iter__", "iterating over", [])
     if isinstance(iterator, _OBJECTS):  # an iterator object: __next__ would run
         raise tx.unsupported(f"iterating over a {describe_value(obj)} iterator")
@@ -100,10 +93,4 @@ def _iterate(tx: Interpreter, obj: Value) -> list[Value]:
 
 @contains.register(*_OBJECTS)
 def _contains(tx: Interpreter, obj: Value, item: Value) -> bool:
-    test = inspect.getattr_static(python_type(obj), "__contains__", None)
-    if test is collections.abc.Mapping.__contains__:
-        # The mixin tries ``self[key]`` and catches KeyError; by the Mapping
-        # contract that is ``key in iter(self)``, which inlines without one.
-        keys = [constant(tx, k) for k in iterate(tx, obj)]
-        return constant(tx, item) in keys
     return truth(tx, _protocol(tx, obj, "__contains__", "`in` on", [item]))
