@@ -408,3 +408,83 @@ def test_an_autograd_function_with_grad_keeps_its_own_backward():
     got, w.grad = w.grad, None
     custom(x, w).sum().backward()
     torch.testing.assert_close(got, w.grad)  # the user's rule, not autograd's
+
+
+class Vec:
+    """A value class with Python operators, made inside and passed in."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __add__(self, other):
+        if isinstance(other, Vec):
+            return Vec(self.data + other.data)
+        return NotImplemented
+
+    def __radd__(self, other):
+        return Vec(self.data + other)
+
+    def __mul__(self, k):
+        return Vec(self.data * k)
+
+    def __eq__(self, other):
+        return isinstance(other, Vec) and self.data.shape == other.data.shape
+
+
+def arithmetic(x, given):
+    v = Vec(x) + given
+    v = 1.0 + v * 2
+    v += Vec(x)
+    same, differ = v == given, v != Vec(x[:1])
+    return v.data, same, differ
+
+
+def by_key(x, experts):
+    ranked = sorted(experts, key=lambda e: e.data.shape[0], reverse=True)
+    biggest = max(experts, key=lambda e: e.data.shape[0])
+    return ranked[-1].data.sum() + biggest.data.sum() + x
+
+
+def test_operators_of_user_classes_inline_their_dunders():
+    cache = CaptureCache(arithmetic)
+    x = torch.randn(3)
+    got, want = cache(x, Vec(x * 3)), arithmetic(x, Vec(x * 3))
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1:] == want[1:] == (True, True)
+    assert _captured_whole(cache)
+
+
+def test_sorted_min_and_max_take_a_key_function():
+    cache = CaptureCache(by_key)
+    experts = [Vec(torch.randn(n)) for n in (2, 4, 3)]
+    x = torch.randn(())
+    torch.testing.assert_close(cache(x, experts), by_key(x, experts))
+    assert _captured_whole(cache)
+
+
+def make_counter():
+    calls = 0
+    scale = 2.0
+
+    def step(x):
+        nonlocal calls, scale
+        calls += 1
+        scale = scale * 1.5
+        return x * scale
+
+    def helper_step(x):
+        return step(x) + 1  # the write happens inside an inlined function
+
+    return step, helper_step, lambda: (calls, scale)
+
+
+def test_nonlocal_writes_are_replayed_into_the_enclosing_cells():
+    step, helper_step, state = make_counter()
+    want_step, want_helper, want_state = make_counter()
+    cache, helper_cache = CaptureCache(step), CaptureCache(helper_step)
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(cache(x), want_step(x))
+        torch.testing.assert_close(helper_cache(x), want_helper(x))
+        assert state() == want_state()
+    assert _captured_whole(cache) and _captured_whole(helper_cache)

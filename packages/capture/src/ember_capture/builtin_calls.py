@@ -231,9 +231,23 @@ def _sum(tx, iterable: Value, start: Value | None = None) -> Value:
     return total
 
 
+def _keys(tx, items: list[Value], key: Value) -> list[object]:
+    """The constant ``key(item)`` of each item (key is any callable: a lambda,
+    a function, a bound method, inlined)."""
+    return [behaviour.constant(tx, behaviour.call(tx, key, [i], {})) for i in items]
+
+
 def _min_max(fn: Callable) -> Callable[..., Value]:
     def handler(tx, *args: Value, **kwargs: Value) -> Value:
         items = behaviour.iterate(tx, args[0]) if len(args) == 1 else list(args)
+        key = kwargs.pop("key", None)
+        if key is not None and not behaviour.is_none(key):
+            if not items:
+                if "default" not in kwargs:
+                    raise tx.unsupported(f"{fn.__name__}() of an empty sequence")
+                return kwargs["default"]
+            keys = _keys(tx, items, key)
+            return items[keys.index(fn(keys))]  # the first of equal keys, as Python
         if any(isinstance(i, TensorValue) for i in items):
             raise tx.unsupported(
                 f"{fn.__name__}() over tensors (it compares their data)",
@@ -251,6 +265,20 @@ def _any_all(fn: Callable) -> Callable[..., Value]:
         return ConstValue(fn(behaviour.truth(tx, i) for i in iter(it.next, None)))
 
     return handler
+
+
+@handles(builtins.sorted)
+def _sorted(
+    tx, iterable: Value, key: Value | None = None, reverse: Value | None = None
+):
+    items = behaviour.iterate(tx, iterable)
+    flag = bool(behaviour.constant(tx, reverse)) if reverse is not None else False
+    if key is None or behaviour.is_none(key):
+        keys = [behaviour.constant(tx, i) for i in items]
+    else:
+        keys = _keys(tx, items, key)
+    order = sorted(range(len(items)), key=keys.__getitem__, reverse=flag)
+    return ListValue([items[i] for i in order])
 
 
 for _fn in (builtins.min, builtins.max):

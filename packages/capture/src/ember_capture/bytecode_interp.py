@@ -59,6 +59,7 @@ class Interpreter:
         globals_source: Source | None,
         cells: dict[str, Cell | types.CellType],
         closure_source: Callable[[str], Source] | None,
+        closure_owner: Value | None = None,
         locals_: dict[str, Value] | None = None,
         frame_values: dict[str, object] | None = None,
         depth: int = 0,
@@ -69,6 +70,7 @@ class Interpreter:
         self.globals_source = globals_source  # None: trusted torch code, unguarded
         self.cells = cells  # free variables: symbolic Cells, or real cells to wrap
         self.closure_source = closure_source  # where a real cell's value is read
+        self.closure_owner = closure_owner  # the function whose closure they are
         self.locals: dict[str, Value] = dict(locals_ or {})
         self.frame_values = frame_values or {}  # real values, wrapped on first read
         self.depth = depth
@@ -187,7 +189,10 @@ class Interpreter:
                 if self.closure_source is None
                 else self.output.wrap(real, self.closure_source(name))
             )
-            cell = Cell(value, writable=False)
+            owner = None
+            if self.closure_owner is not None:
+                owner = (self.closure_owner, self.code.co_freevars.index(name))
+            cell = Cell(value, writable=False, owner=owner)
         self.cells[name] = cell
         return cell
 
@@ -261,6 +266,7 @@ class Interpreter:
                 if source is None
                 else lambda name: _cell_source(source, code, name)
             ),
+            closure_owner=None if source is None else fn,
             locals_=locals_,
             depth=self.depth + 1,
         )

@@ -24,6 +24,7 @@ from .output_graph import OutputGraph
 from .result import CaptureResult
 from .side_effects import written_values
 from .source import ClosureSource, GlobalsSource
+from .variables import ObjectValue
 
 _NOT_A_PLAIN_CALL = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -93,6 +94,7 @@ def _capture_frame(
         globals_source=GlobalsSource(),
         cells=dict(zip(fn.__code__.co_freevars, fn.__closure__ or ())),
         closure_source=ClosureSource,
+        closure_owner=ObjectValue(fn),
         frame_values=f_locals,
     )
     # Capture follows the function's own grad-mode and autocast changes; it

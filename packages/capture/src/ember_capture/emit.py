@@ -16,7 +16,13 @@ from . import autocast, meta_memo, transform
 from .behaviour import rebuild
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
-from .side_effects import AttrWrite, DeferredCall, GlobalWrite, SideEffect
+from .side_effects import (
+    AttrWrite,
+    CellWrite,
+    DeferredCall,
+    GlobalWrite,
+    SideEffect,
+)
 from .source import (
     FLOAT_TENSOR_CELL,
     GLOBALS_CELL,
@@ -100,6 +106,9 @@ class Emitter:
                 target = self.expr(effect.target)
                 value = self.expr(effect.value)
                 self.body.append(f"setattr({target}, {effect.name!r}, {value})")
+            elif isinstance(effect, CellWrite):
+                cell = f"{self.expr(effect.function)}.__closure__[{effect.index}]"
+                self.body.append(f"{cell}.cell_contents = {self.expr(effect.value)}")
             elif isinstance(effect, DeferredCall):
                 args = [self.expr(a) for a in effect.args]
                 args += [f"{k}={self.expr(v)}" for k, v in effect.kwargs.items()]

@@ -121,10 +121,16 @@ def _load_deref(tx, inst):
 def _store_deref(tx, inst):
     cell = tx.cell(inst.argval)
     if not cell.writable:
-        raise tx.unsupported(
-            f"assigning to {inst.argval!r}, a variable of an enclosing function",
-            "return the value instead of assigning it with nonlocal",
-        )
+        if cell.owner is None:
+            raise tx.unsupported(
+                f"assigning to {inst.argval!r}, a variable of an enclosing "
+                "function reached in a way ember cannot write back",
+                "return the value instead of assigning it with nonlocal",
+            )
+        value = tx.pop()
+        tx.output.write_cell(*cell.owner, value)
+        cell.value = value
+        return
     cell.value = tx.pop()
 
 

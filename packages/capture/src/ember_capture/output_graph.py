@@ -27,6 +27,7 @@ from .grad_mode import GradModeExit
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
 from .side_effects import (
     AttrWrite,
+    CellWrite,
     ContentsWrite,
     DeferredCall,
     GlobalWrite,
@@ -266,6 +267,10 @@ class OutputGraph:
     ) -> None:
         self.global_writes[(id(f_globals), name)] = value
         self.side_effects.append(GlobalWrite(globals_source, name, value))
+
+    def write_cell(self, function: Value, index: int, value: Value) -> None:
+        """``function.__closure__[index]`` (a real cell) now holds ``value``."""
+        self.side_effects.append(CellWrite(function, index, value))
 
     def defer_call(self, fn: Value, args: tuple, kwargs: dict) -> None:
         """Make the call ``fn(*args, **kwargs)`` after the graph (logging)."""

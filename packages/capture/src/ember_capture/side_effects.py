@@ -43,6 +43,16 @@ class ContentsWrite:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class CellWrite:
+    """``nonlocal name; name = value``: the cell at ``index`` of ``function``'s
+    closure (a variable of the function that enclosed it) now holds ``value``."""
+
+    function: Value
+    index: int
+    value: Value
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class DeferredCall:
     """``fn(*args, **kwargs)`` for a call that only reports (logging): it runs
     after the graph, in order with the other effects."""
@@ -52,7 +62,7 @@ class DeferredCall:
     kwargs: dict[str, Value]
 
 
-SideEffect = AttrWrite | GlobalWrite | ContentsWrite | DeferredCall
+SideEffect = AttrWrite | GlobalWrite | CellWrite | ContentsWrite | DeferredCall
 
 
 def written_values(effects: list[SideEffect]) -> list[Value]:
@@ -61,6 +71,8 @@ def written_values(effects: list[SideEffect]) -> list[Value]:
     for effect in effects:
         if isinstance(effect, ContentsWrite):
             values.append(effect.container)
+        elif isinstance(effect, CellWrite):
+            values.append(effect.value)
         elif isinstance(effect, DeferredCall):
             values += [effect.fn, *effect.args, *effect.kwargs.values()]
         else:

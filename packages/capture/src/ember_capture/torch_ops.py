@@ -150,7 +150,7 @@ PURE_FUNCTIONS = frozenset(
         builtins.abs, builtins.round, builtins.divmod, builtins.int, builtins.float,
         builtins.bool, builtins.str, builtins.len, builtins.range, builtins.pow,
         builtins.repr, builtins.format, builtins.slice, builtins.set,
-        builtins.frozenset, builtins.sorted, builtins.chr, builtins.ord, torch.Size,
+        builtins.frozenset, builtins.chr, builtins.ord, torch.Size,
         torch.device, torch.finfo, torch.iinfo,
     }
 )  # fmt: skip

@@ -228,7 +228,10 @@ class Cell:
     """A closure cell shared by a frame and the functions it defines."""
 
     value: Value | None = None
-    writable: bool = True  # False for the compiled function's own real cells
+    writable: bool = True  # False for the real cells of a function's closure
+    # For a real cell: the function whose closure holds it, and its index there
+    # (a nonlocal write is replayed into it); None when it cannot be written.
+    owner: tuple[Value, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -9,6 +9,7 @@ import copy
 import functools
 import inspect
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import builtin_calls
@@ -47,9 +48,11 @@ from ..variables import (
     FloatInputValue,
     ListValue,
     MethodValue,
+    NewObjectValue,
     ObjectValue,
     TensorValue,
     TupleValue,
+    UserObjectValue,
     Value,
 )
 from .containers import SEQUENCE_OPS, is_sequence_op
@@ -150,6 +153,12 @@ _COPIED_AS_THEMSELVES = (
 )
 
 
+# Operators on objects of user classes (``a + b`` with a Python ``__add__``):
+# operator -> handler; kinds/protocols.py fills it.
+OBJECT_OPERATORS: dict[Callable, Callable[..., Value]] = {}
+_OBJECTS = (UserObjectValue, NewObjectValue)
+
+
 @call.register(ConstValue, ObjectValue)
 def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
     """A call of a real callable: a builtin handler, a tensor op, a fold, a
@@ -163,6 +172,8 @@ def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
             f"calling {describe(target)}, which changes torch's global state",
             "call it outside the compiled function",
         )
+    if target in OBJECT_OPERATORS and any(isinstance(a, _OBJECTS) for a in args):
+        return OBJECT_OPERATORS[target](tx, *args)
     if target in TORCH_META_FUNCTIONS:
         return ConstValue(TORCH_META_FUNCTIONS[target](*args, **kwargs))
     if is_torch_op(target) or (

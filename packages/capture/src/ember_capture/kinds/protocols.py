@@ -1,11 +1,13 @@
 """Python's protocols on objects of user classes (truth, ``len``, items,
-iteration, ``in``, calls), answered by inlining the class's own Python dunders:
+iteration, ``in``, calls, binary operators and comparisons), answered by
+inlining the class's own Python dunders:
 for objects read from the frame and objects made in the function alike (the
 ``collections.abc`` mixins among them are answered by mixins.py)."""
 
 from __future__ import annotations
 
 import inspect
+import operator
 import types
 from typing import TYPE_CHECKING
 
@@ -22,12 +24,14 @@ from ..behaviour import (
 )
 from ..variables import (
     BoundFunctionValue,
+    ConstValue,
     NewObjectValue,
     UserObjectValue,
     Value,
 )
 from .instances import class_attr_source
 from .new_objects import member
+from .objects import OBJECT_OPERATORS
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -94,3 +98,78 @@ def _iterate(tx: Interpreter, obj: Value) -> list[Value]:
 @contains.register(*_OBJECTS)
 def _contains(tx: Interpreter, obj: Value, item: Value) -> bool:
     return truth(tx, _protocol(tx, obj, "__contains__", "`in` on", [item]))
+
+
+# Binary operators and their Python dunders: (the left operand's, the right's
+# reflected one); in-place forms fall back to the plain dunder, as Python does.
+_BINARY = {
+    operator.add: ("__add__", "__radd__"),
+    operator.sub: ("__sub__", "__rsub__"),
+    operator.mul: ("__mul__", "__rmul__"),
+    operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.truediv: ("__truediv__", "__rtruediv__"),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__"),
+    operator.mod: ("__mod__", "__rmod__"),
+    operator.pow: ("__pow__", "__rpow__"),
+    operator.and_: ("__and__", "__rand__"),
+    operator.or_: ("__or__", "__ror__"),
+    operator.xor: ("__xor__", "__rxor__"),
+    operator.lshift: ("__lshift__", "__rlshift__"),
+    operator.rshift: ("__rshift__", "__rrshift__"),
+    operator.eq: ("__eq__", "__eq__"),
+    operator.ne: ("__ne__", "__ne__"),
+    operator.lt: ("__lt__", "__gt__"),
+    operator.le: ("__le__", "__ge__"),
+    operator.gt: ("__gt__", "__lt__"),
+    operator.ge: ("__ge__", "__le__"),
+}
+_IN_PLACE = {
+    operator.iadd: operator.add,
+    operator.isub: operator.sub,
+    operator.imul: operator.mul,
+    operator.imatmul: operator.matmul,
+    operator.itruediv: operator.truediv,
+    operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod,
+    operator.ipow: operator.pow,
+    operator.iand: operator.and_,
+    operator.ior: operator.or_,
+    operator.ixor: operator.xor,
+}
+
+
+def _not_implemented(v: Value) -> bool:
+    return isinstance(v, ConstValue) and v.value is NotImplemented
+
+
+def _binary(op, in_place: str | None = None):
+    forward, reflected = _BINARY[op]
+
+    def apply(tx: Interpreter, lhs: Value, rhs: Value) -> Value:
+        """``lhs <op> rhs`` the way Python tries the operands' dunders."""
+        tries = [(lhs, in_place, rhs)] if in_place else []
+        tries += [(lhs, forward, rhs), (rhs, reflected, lhs)]
+        for obj, name, other in tries:
+            method = dunder(obj, name) if isinstance(obj, _OBJECTS) else None
+            if method is None:
+                continue
+            result = call(tx, method, [other], {})
+            if not _not_implemented(result):
+                return result
+        if op is operator.ne:  # object's __ne__ inverts __eq__
+            return ConstValue(
+                not truth(tx, OBJECT_OPERATORS[operator.eq](tx, lhs, rhs))
+            )
+        if op is operator.eq:  # object's __eq__ is identity
+            return call(tx, ConstValue(operator.is_), [lhs, rhs], {})
+        raise tx.unsupported(
+            f"{forward} between a {describe_value(lhs)} and a {describe_value(rhs)}"
+        )
+
+    return apply
+
+
+for _op in _BINARY:
+    OBJECT_OPERATORS[_op] = _binary(_op)
+for _op, _plain in _IN_PLACE.items():
+    OBJECT_OPERATORS[_op] = _binary(_plain, f"__i{_BINARY[_plain][0][2:]}")
