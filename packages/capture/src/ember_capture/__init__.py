@@ -16,6 +16,7 @@ from .guards import (
     GuardSet,
     TensorSpec,
     module_has_no_hooks,
+    module_has_only_forward_hooks,
 )
 from .meta_memo import check_meta_results, remember_meta_results
 from .result import CapturedGraph, CaptureResult
@@ -52,6 +53,7 @@ __all__ = [
     "check_meta_results",
     "is_user_callable",
     "module_has_no_hooks",
+    "module_has_only_forward_hooks",
     "remember_meta_results",
     "route_calls",
     "user_function_name",

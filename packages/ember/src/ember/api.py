@@ -72,7 +72,7 @@ def compile(
             target = target.original  # compile afresh from the user's own object
         if isinstance(target, torch.nn.Module):
             forward = context.compile_callable(target.forward)
-            return CompiledModule(target, forward, again)
+            return CompiledModule(target, forward, again, context.compile_callable)
         if isinstance(target, (types.FunctionType, types.MethodType)):
             return context.compile_callable(target)
         raise TypeError(
@@ -148,7 +148,9 @@ class _Context:
         ):
             if target not in self._modules:
                 forward = self.compile_callable(target.forward)
-                self._modules[target] = CompiledModule(target, forward, self.recompile)
+                self._modules[target] = CompiledModule(
+                    target, forward, self.recompile, self.compile_callable
+                )
             return self._modules[target]
         return target
 
@@ -219,7 +221,10 @@ class CompiledModule(torch.nn.Module):
 
     Parameters, buffers and submodules are the original module's own dicts, so
     ``state_dict()`` keys, ``parameters()``, ``.to()`` and optimizers see the same
-    tensors. Calls to a module with hooks run eagerly, so hooks always run.
+    tensors. A module with forward hooks or pre-hooks is called through a second
+    compiled function that calls the module, so its hooks are captured with its
+    forward (``compile_call`` makes it, on the first such call); one with
+    backward or global hooks runs eagerly, so those hooks always run.
     ``copy.deepcopy`` and pickling give a compiled module over a copy of the
     module, with the same compile settings, that compiles on its first call
     (``recompile``; without one, the copy is the plain module).
@@ -230,12 +235,15 @@ class CompiledModule(torch.nn.Module):
         module: torch.nn.Module,
         forward: Callable,
         recompile: Callable[[torch.nn.Module], Any] | None = None,
+        compile_call: Callable[[Callable], Callable] | None = None,
     ) -> None:
         super().__init__()
         self.__dict__["_orig_mod"] = module  # not a submodule: keeps state_dict keys
         self.__dict__["_compiled_forward"] = forward
         self.__dict__["original"] = module
         self.__dict__["_recompile"] = recompile
+        self.__dict__["_compile_call"] = compile_call
+        self.__dict__["_compiled_call"] = None  # made on the first hooked call
         self._parameters = module._parameters
         self._buffers = module._buffers
         self._modules = module._modules
@@ -249,9 +257,16 @@ class CompiledModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         module = self._orig_mod
-        if _has_hooks(module):
+        if not _has_hooks(module):
+            return self._compiled_forward(*args, **kwargs)
+        if self._compile_call is None or not (
+            ember_capture.module_has_only_forward_hooks(module)
+        ):
             return module(*args, **kwargs)
-        return self._compiled_forward(*args, **kwargs)
+        if self._compiled_call is None:
+            hooked = types.MethodType(_call_module, module)
+            self.__dict__["_compiled_call"] = self._compile_call(hooked)
+        return self._compiled_call(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -299,6 +314,12 @@ _HOOK_DICTS = (
     "_backward_hooks",
     "_backward_pre_hooks",
 )
+
+
+def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """Calls ``module`` as Python does, hooks and all: what a compiled module
+    with forward hooks compiles."""
+    return module(*args, **kwargs)
 
 
 def _has_hooks(module: torch.nn.Module) -> bool:
