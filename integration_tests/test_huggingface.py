@@ -274,6 +274,29 @@ def test_training_step_matches_eager(name: str) -> None:
     assert (graphs, breaks) == (len(SIZES), 0)  # one whole graph per size
 
 
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_gradient_checkpointing_is_captured_whole(name: str) -> None:
+    """``gradient_checkpointing_enable()``: each layer goes through
+    torch.utils.checkpoint, whose region capture tags for recomputation; the
+    step still matches eager and stays one graph."""
+    family = FAMILIES[name]
+    torch.manual_seed(0)
+    model = family.build().train()
+    if not model.supports_gradient_checkpointing:
+        pytest.skip(f"{name} does not support gradient checkpointing")
+    model.gradient_checkpointing_enable()
+    compiled = ember.compile(model, fullgraph=True)
+    batch, seq = SIZES[0]
+    inputs = {**family.inputs(batch, seq), "labels": family.labels(batch, seq)}
+    expected_loss, expected_grads = _step(model, inputs)
+    actual_loss, actual_grads = _step(compiled, inputs)
+    torch.testing.assert_close(actual_loss, expected_loss, rtol=RTOL, atol=ATOL)
+    for key, grad in expected_grads.items():
+        torch.testing.assert_close(actual_grads[key], grad, rtol=RTOL, atol=ATOL)
+    (graph,) = compiled._compiled_forward.log.graphs
+    assert any(n.meta.get("ember_recompute") for n in graph.graph.nodes)
+
+
 def test_model_outputs_built_inside_are_captured_whole():
     from transformers.modeling_outputs import BaseModelOutputWithPast
 

@@ -86,3 +86,41 @@ def test_default_partition_saves_what_the_backward_reads():
     assert any("exp" in n for n in compiled.partition.saved)
     bw_ops = {str(n.target) for n in compiled.partition.backward.graph.nodes}
     assert "aten.exp.default" not in bw_ops
+
+
+def test_checkpointed_nodes_are_recomputed_not_saved():
+    """Nodes tagged ``ember_recompute`` (capture tags a torch.utils.checkpoint region)
+    are never saved, a matmul included; a random op's result is saved, so the
+    backward sees the forward's mask."""
+
+    def fn(x, w1, w2):
+        h = torch.relu(x @ w1)
+        kept = torch.rand_like(h) > 0.5
+        return ((h * kept) @ w2).sum(), kept
+
+    x = torch.randn(4, 5, requires_grad=True)
+    w1 = torch.randn(5, 6, requires_grad=True)
+    w2 = torch.randn(6, 3, requires_grad=True)
+    gm = graph_of(fn, 3)
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            node.meta["ember_recompute"] = True
+    compiled = aot_compile(
+        gm, [x, w1, w2], lambda g, e: g, partitioner=min_cut_partition
+    )
+    saved = compiled.partition.saved
+    # untagged, the cut saves mm_default and the mask; tagged, only inputs and
+    # the random draw, from which the backward recomputes x @ w1 and the mask
+    assert saved == ("arg0", "arg1", "arg2", "rand_like_default"), saved
+    bw_ops = [str(n.target) for n in compiled.partition.backward.graph.nodes]
+    assert bw_ops.count("aten.mm.default") == 5  # x @ w1 again, then four grads
+    assert "aten.rand_like.default" not in bw_ops
+    loss, kept = compiled(x, w1, w2)
+    loss.backward()
+    got = [t.grad for t in (x, w1, w2)]
+    for t in (x, w1, w2):
+        t.grad = None
+    h = torch.relu(x @ w1)
+    ((h * kept) @ w2).sum().backward()
+    for g, t in zip(got, (x, w1, w2)):
+        torch.testing.assert_close(g, t.grad)

@@ -297,3 +297,27 @@ def test_a_partial_is_called_through_its_function():
     finally:
         GELU_TANH = functools.partial(torch.nn.functional.gelu, approximate="tanh")
     assert cache.captures == 2 and not cache.breaks and not cache.refused
+
+
+def checkpointed_block(x, w):
+    bias = torch.zeros(w.shape[1])
+    bias.requires_grad = True  # T5's position bias under gradient checkpointing
+    return torch.relu(x @ w + bias) * 2
+
+
+def checkpointed(x, w):
+    ckpt = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
+    return ckpt(checkpointed_block, x, w).sum() + x.sum()
+
+
+def test_checkpoint_regions_are_inlined_and_tagged_for_recompute():
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 5)
+    result = capture(checkpointed, x, w)
+    assert result.break_reason is None
+    (graph,) = result.graphs
+    nodes = [n for n in graph.gm.graph.nodes if n.op.startswith("call_")]
+    tagged = {n.name for n in nodes if n.meta.get("ember_recompute")}
+    assert tagged == {"zeros", "matmul", "add", "relu", "mul"}
+    assert {n.name for n in nodes} - tagged == {"sum_1", "sum_2", "add_1"}
+    cache = CaptureCache(checkpointed)
+    torch.testing.assert_close(cache(x, w), checkpointed(x, w))

@@ -4,11 +4,13 @@ The joint graph takes the flat inputs then the tangents, and returns the forward
 outputs then the gradients. A partitioner picks the values the forward saves for
 the backward: ``default_partition`` saves every forward value the backward reads;
 ``min_cut_partition`` finds the cheapest set of values to save (in bytes) from
-which the backward can recompute the rest with pointwise and view ops.
+which the backward can recompute the rest with pointwise and view ops; nodes of a
+checkpointed region (``ember_recompute`` in their meta) are never saved.
 """
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from .core import RECOMPUTABLE, VIEWS
+from .core import RANDOM, RECOMPUTABLE, VIEWS
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,9 @@ def min_cut_partition(
     members = set(candidates)
     flow = _FlowGraph()
     for n in candidates:
-        flow.add(("in", n), ("out", n), _weight(n))
-        if n.op == "placeholder" or not _recomputable(n):
+        forced = _must_recompute(n)
+        flow.add(("in", n), ("out", n), _INF if forced else _weight(n))
+        if n.op == "placeholder" or not (forced or _recomputable(n)):
             flow.add(flow.source, ("in", n), _INF)
         if n in graph.grads or any(u in graph.backward_ops for u in n.users):
             flow.add(("out", n), flow.sink, _INF)
@@ -83,6 +86,19 @@ _INF = 1 << 62
 
 def _recomputable(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target in RECOMPUTABLE
+
+
+def _must_recompute(node: torch.fx.Node) -> bool:
+    """A node of a checkpointed region (``ember_recompute`` in its meta): never saved,
+    recomputed from the region's inputs. Random ops and the items of a
+    multi-output op are saved instead (recomputing a random op would draw a
+    new mask)."""
+    return (
+        node.op == "call_function"
+        and bool(node.meta.get("ember_recompute"))
+        and node.target not in RANDOM
+        and node.target is not operator.getitem
+    )
 
 
 def _weight(node: torch.fx.Node) -> int:

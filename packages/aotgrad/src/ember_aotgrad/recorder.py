@@ -66,6 +66,7 @@ class AtenRecorder(TorchDispatchMode):
         self.autocast_on = False  # whether the node now traced runs under autocast
         self.constants: dict[str, torch.Tensor] = {}
         self.user_loc: str | None = None
+        self.recompute = False  # the node now traced is in a checkpointed region
         self.refs: dict[int, Ref] = {}
         self._alive: list[torch.Tensor] = []  # keeps ids unique while tracing
 
@@ -264,6 +265,8 @@ class AtenRecorder(TorchDispatchMode):
         node = self.graph.call_function(target, tuple(args), kwargs or {})
         if self.user_loc:
             node.meta["user_loc"] = self.user_loc
+        if self.recompute:
+            node.meta["ember_recompute"] = True
         return node
 
     def _track_outputs(self, out: object, node: torch.fx.Node) -> None:
@@ -330,6 +333,7 @@ class LocatingInterpreter(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.recorder.user_loc = n.meta.get("user_loc")
+        self.recorder.recompute = bool(n.meta.get("ember_recompute"))
         self.recorder.autocast_on = autocast.any_enabled()
         _refuse_custom_function(n)
         try:

@@ -244,6 +244,7 @@ def _record_backward(rec, flat, graph_outputs, tangent_outputs, values, grad_inp
         tangents.append(tangent)
     inputs = [values[i] for i in grad_inputs]
     rec.user_loc = None
+    rec.recompute = False  # the backward's own ops
     try:
         with rec:
             grads = torch.autograd.grad(outs, inputs, tangents, allow_unused=True)

@@ -31,10 +31,12 @@ from .variables import (
     ListValue,
     ModuleValue,
     NamedTupleValue,
+    NewObjectValue,
     ObjectValue,
     SuperValue,
     TensorValue,
     TupleValue,
+    UserObjectValue,
     Value,
 )
 
@@ -88,6 +90,12 @@ def _isinstance(tx, obj: Value, classes: Value) -> Value:
 def _type(tx, obj: Value, *rest: Value) -> Value:
     if rest:
         raise tx.unsupported("creating a class with type(name, bases, dict)")
+    if isinstance(obj, (UserObjectValue, ModuleValue, NewObjectValue)) and (
+        obj.source is not None or isinstance(obj, NewObjectValue)
+    ):
+        # Read where the object's class is, so ``type(self).forward`` is the
+        # function itself (guarded), as in Python, not a method of a constant.
+        return behaviour.get_attr(tx, obj, "__class__")
     return ObjectValue(behaviour.python_type(obj))
 
 

@@ -118,6 +118,9 @@ class OutputGraph:
         self._containers: dict[int, tuple[object, Value]] = {}  # one value per list
         self.frames: list = []  # the interpreters now running, innermost last
         self.steps = 0  # bytecode instructions interpreted, over all frames
+        # > 0 inside torch.utils.checkpoint regions: their nodes are tagged
+        # ``ember_recompute`` (the backward recomputes them instead of saving them).
+        self.checkpoint_depth = 0
         self.meta_keys: set[str] = set()  # meta_memo entries this capture used
 
     # -- values from the frame -------------------------------------------------
@@ -326,6 +329,8 @@ class OutputGraph:
             node = self.graph.call_function(target, node_args, node_kwargs)
         filename, lineno = self.location()
         node.meta["user_loc"] = f"{filename}:{lineno}"
+        if self.checkpoint_depth:
+            node.meta["ember_recompute"] = True
         return self._unpack_result(node, result, device, kind, target)
 
     def _run_on_meta(self, kind, target, meta_args, meta_kwargs, devices) -> object:

@@ -223,6 +223,16 @@ class BoundFunctionValue(Value):
     source: Source | None = None  # where ``func`` itself can be read
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class PartialValue(Value):
+    """``functools.partial(fn, *args, **keywords)`` made in the function."""
+
+    fn: Value
+    args: tuple[Value, ...]
+    keywords: dict[str, Value]
+    source: Source | None = None
+
+
 @dataclass(slots=True, eq=False)
 class Cell:
     """A closure cell shared by a frame and the functions it defines."""

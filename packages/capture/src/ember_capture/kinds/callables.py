@@ -4,6 +4,7 @@ built in the frame (inlined), and ``super()``."""
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,9 @@ from ..variables import (
     MethodValue,
     NewObjectValue,
     ObjectValue,
+    PartialValue,
     SuperValue,
+    TupleValue,
     Value,
 )
 from .new_objects import OBJECT_SLOTS
@@ -31,6 +34,47 @@ if TYPE_CHECKING:
 @python_type.register(MethodValue, BoundFunctionValue)
 def _method_type(v: Value) -> type:
     return types.MethodType
+
+
+@builtin_calls.constructs(lambda cls: cls is functools.partial)
+def _make_partial(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
+    if not args:
+        raise tx.unsupported("functools.partial() without a function")
+    return PartialValue(args[0], tuple(args[1:]), dict(kwargs))
+
+
+@call.register(PartialValue)
+def _call_partial(tx: Interpreter, fn: PartialValue, args, kwargs) -> Value:
+    return call(tx, fn.fn, [*fn.args, *args], {**fn.keywords, **kwargs})
+
+
+@get_attr.register(PartialValue)
+def _partial_attr(tx: Interpreter, fn: PartialValue, name: str) -> Value:
+    parts = {
+        "func": fn.fn,
+        "args": TupleValue(fn.args),
+        "keywords": DictValue(fn.keywords),
+    }
+    if name not in parts:
+        raise tx.unsupported(f"reading attribute {name!r} of a functools.partial")
+    return parts[name]
+
+
+@python_type.register(PartialValue)
+def _partial_type(v: PartialValue) -> type:
+    return functools.partial
+
+
+@parts.register(PartialValue)
+def _partial_parts(v: PartialValue) -> dict[object, Value]:
+    return {"func": v.fn, **dict(enumerate(v.args)), **v.keywords}
+
+
+@rebuild.register(PartialValue)
+def _rebuild_partial(out: Emitter, v: PartialValue) -> str:
+    args = [out.expr(v.fn), *(out.expr(a) for a in v.args)]
+    args += [f"{k}={out.expr(a)}" for k, a in v.keywords.items()]
+    return f"{out.constant(functools.partial)}({', '.join(args)})"
 
 
 @python_type.register(FunctionValue)

@@ -19,6 +19,7 @@ from ..behaviour import (
     length,
     python_type,
     rebuild,
+    set_attr,
     set_item,
     truth,
 )
@@ -61,6 +62,8 @@ def _attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
 
 @call_method.register(TensorValue)
 def _method(tx: Interpreter, t: TensorValue, name: str, args, kwargs) -> Value:
+    if name == "requires_grad_" and _already_requires_grad(tx, t, args, kwargs):
+        return t  # a no-op, as in eager (transformers' input-grads hook)
     if name in TENSOR_AUTOGRAD_METHODS:
         raise tx.unsupported(*TENSOR_AUTOGRAD_METHODS[name])
     if name in TENSOR_META_METHODS:
@@ -68,6 +71,25 @@ def _method(tx: Interpreter, t: TensorValue, name: str, args, kwargs) -> Value:
         kw = {k: constant(tx, v) for k, v in kwargs.items()}
         return ConstValue(getattr(t.meta, name)(*consts, **kw))
     return tx.output.call_tensor_op("call_method", name, (t, *args), kwargs)
+
+
+def _already_requires_grad(tx: Interpreter, t: TensorValue, args, kwargs) -> bool:
+    """``t.requires_grad_(True)`` on a tensor that requires grad already (and is
+    not a leaf of the graph's making): nothing changes."""
+    flag = args[0] if args else kwargs.get("requires_grad", ConstValue(True))
+    return bool(constant(tx, flag)) and t.meta.requires_grad and torch.is_grad_enabled()
+
+
+@set_attr.register(TensorValue)
+def _set_attr(tx: Interpreter, t: TensorValue, name: str, value: Value) -> None:
+    """Only ``t.requires_grad = True`` on a tensor the function made from no
+    tensor (T5's zero position bias under gradient checkpointing): a graph
+    input or a parameter feeds whatever uses it, so gradients flow as in eager;
+    only ``t.grad`` itself, which nothing in the graph reads, is not filled."""
+    fresh = t.node.op == "call_function" and not t.node.all_input_nodes
+    if name == "requires_grad" and fresh and constant(tx, value) is True:
+        return
+    raise tx.unsupported(f"assigning attribute {name!r} of a tensor")
 
 
 @truth.register(TensorValue)
