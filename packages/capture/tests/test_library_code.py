@@ -2,6 +2,7 @@
 questions libraries ask to choose a compile-friendly path."""
 
 import collections.abc
+import dataclasses
 import functools
 import sys
 import types
@@ -321,3 +322,47 @@ def test_checkpoint_regions_are_inlined_and_tagged_for_recompute():
     assert {n.name for n in nodes} - tagged == {"sum_1", "sum_2", "add_1"}
     cache = CaptureCache(checkpointed)
     torch.testing.assert_close(cache(x, w), checkpointed(x, w))
+
+
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float
+
+
+def matched(x, cfg):
+    match cfg:
+        case {"kind": "relu", "scale": s}:
+            return x.relu() * s
+        case [a, b, *others]:
+            return x * a + b + len(others)
+        case Point(px, y=py):
+            return x + px * py
+        case int(n) | float(n):
+            return x * n
+        case str() as name if name.startswith("t"):
+            return torch.tanh(x)
+        case _:
+            return x
+
+
+MATCH_CASES = [
+    {"kind": "relu", "scale": 2.0},
+    [1, 2, 3, 4],
+    (5, 6),
+    Point(1.0, 2.0),
+    3,
+    2.5,
+    "tanh",
+    "other",
+    None,
+]
+
+
+def test_match_statements_are_captured_per_case():
+    cache = CaptureCache(matched)
+    for cfg in MATCH_CASES * 2:
+        x = torch.randn(3)
+        torch.testing.assert_close(cache(x, cfg), matched(x, cfg))
+    assert not cache.breaks and not cache.refused
+    assert cache.captures == len(MATCH_CASES)  # each case guarded, then reused

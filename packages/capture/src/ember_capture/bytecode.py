@@ -42,7 +42,6 @@ def jumps_backward(inst: dis.Instruction) -> bool:
 _CONSTRUCTS = {
     "PUSH_EXC_INFO": "exception handling",
     "SEND": "yield from or await",
-    "MATCH_": "a match statement",
     "DELETE_DEREF": "deleting a variable",
     "DELETE_GLOBAL": "deleting a global variable",
     "RAISE_VARARGS": "raising an exception",

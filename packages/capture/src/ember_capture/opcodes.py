@@ -7,6 +7,7 @@ A handler takes the interpreter and the ``dis.Instruction`` and works on its sta
 
 from __future__ import annotations
 
+import collections.abc
 import operator
 import sys
 from collections.abc import Callable
@@ -564,3 +565,74 @@ def _before_with(tx, inst):
 @opcode("RETURN_VALUE")
 def _return_value(tx, inst):
     tx.return_value = tx.pop()
+
+
+# -- match statements ----------------------------------------------------------------
+# Each pattern test asks the subject's kind (python_type, length, contains,
+# get_item, get_attr), as the interpreter would, so the test folds to a constant.
+
+# Classes whose one positional sub-pattern matches the subject itself
+# (``case int(n)``), as CPython's MATCH_CLASS does.
+_MATCH_SELF = (
+    bool, bytearray, bytes, dict, float, frozenset, int, list, set, str, tuple
+)  # fmt: skip
+
+
+@opcode("GET_LEN")
+def _get_len(tx, inst):
+    tx.push(ConstValue(behaviour.length(tx, tx.stack[-1])))
+
+
+@opcode("MATCH_MAPPING")
+def _match_mapping(tx, inst):
+    cls = behaviour.python_type(tx.stack[-1])
+    tx.push(ConstValue(issubclass(cls, collections.abc.Mapping)))
+
+
+@opcode("MATCH_SEQUENCE")
+def _match_sequence(tx, inst):
+    cls = behaviour.python_type(tx.stack[-1])
+    is_sequence = issubclass(cls, collections.abc.Sequence) and not issubclass(
+        cls, (str, bytes, bytearray)
+    )
+    tx.push(ConstValue(is_sequence))
+
+
+@opcode("MATCH_KEYS")
+def _match_keys(tx, inst):
+    keys, subject = tx.stack[-1], tx.stack[-2]
+    found = []
+    for key in behaviour.iterate(tx, keys):
+        if not behaviour.contains(tx, subject, key):
+            tx.push(ConstValue(None))
+            return
+        found.append(behaviour.get_item(tx, subject, key))
+    tx.push(TupleValue(tuple(found)))
+
+
+@opcode("MATCH_CLASS")
+def _match_class(tx, inst):
+    names, cls_value, subject = tx.pop(), tx.pop(), tx.pop()
+    cls = behaviour.constant(tx, cls_value)
+    if not issubclass(behaviour.python_type(subject), cls):
+        tx.push(ConstValue(None))
+        return
+    count = inst.arg
+    if count == 1 and cls in _MATCH_SELF:
+        positional = [subject]
+    else:
+        match_args = getattr(cls, "__match_args__", ())
+        if count > len(match_args):
+            raise tx.unsupported(
+                f"{cls.__qualname__}() accepts {len(match_args)} positional "
+                f"sub-patterns ({count} given)"
+            )
+        positional = [behaviour.get_attr(tx, subject, a) for a in match_args[:count]]
+    attrs = list(positional)
+    for name in behaviour.constant(tx, names):
+        try:
+            attrs.append(behaviour.get_attr(tx, subject, name))
+        except AttributeError:
+            tx.push(ConstValue(None))
+            return
+    tx.push(TupleValue(tuple(attrs)))
