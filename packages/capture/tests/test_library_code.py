@@ -2,6 +2,7 @@
 questions libraries ask to choose a compile-friendly path."""
 
 import collections.abc
+import contextvars
 import dataclasses
 import functools
 import sys
@@ -366,3 +367,23 @@ def test_match_statements_are_captured_per_case():
         torch.testing.assert_close(cache(x, cfg), matched(x, cfg))
     assert not cache.breaks and not cache.refused
     assert cache.captures == len(MATCH_CASES)  # each case guarded, then reused
+
+
+MODE = contextvars.ContextVar("ember_test_mode", default="train")
+
+
+def by_mode(x):
+    return x * 2 if MODE.get() == "train" else x - len(MODE.get("unused"))
+
+
+def test_context_variables_are_read_and_guarded():
+    cache = CaptureCache(by_mode)
+    x = torch.randn(3)
+    torch.testing.assert_close(cache(x), by_mode(x))
+    token = MODE.set("eval")
+    try:
+        torch.testing.assert_close(cache(x), by_mode(x))  # another value: recompiled
+    finally:
+        MODE.reset(token)
+    torch.testing.assert_close(cache(x), by_mode(x))
+    assert cache.captures == 2 and not cache.breaks and not cache.refused

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import contextvars
 import functools
 import operator
 import os
@@ -188,7 +189,11 @@ class OutputGraph:
         if isinstance(value, IDENTITY_TYPES) or callable(value):
             self.guards.add(Guard(GuardKind.ID_MATCH, source, value))
             return ObjectValue(value, source)
-        if hasattr(value, "__dict__") or hasattr(type(value), "__slots__"):
+        if (
+            hasattr(value, "__dict__")
+            or hasattr(type(value), "__slots__")
+            or isinstance(value, contextvars.ContextVar)
+        ):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             return UserObjectValue(value, source)
         raise self.error(

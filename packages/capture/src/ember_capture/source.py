@@ -244,6 +244,27 @@ class KeysSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class ContextVarSource(Source):
+    """``base.get()`` (or ``base.get(default)``): a ContextVar's value now."""
+
+    base: Source
+    default: object = None
+    has_default: bool = False
+
+    def _call(self) -> str:
+        return f"get({self.default!r})" if self.has_default else "get()"
+
+    def name(self) -> str:
+        return f"{self.base.name()}.{self._call()}"
+
+    def code(self) -> str:
+        return f"{self.base.code()}.{self._call()}"
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self._call()}"
+
+
+@dataclass(frozen=True, slots=True)
 class EntrySource(Source):
     """The value at ``position`` of a dict read from the frame whose keys are
     guarded in order: for a key no Python literal names (``typing.Union``)."""

@@ -10,6 +10,7 @@ from . import (  # noqa: F401 - each module registers its kinds
     callables,
     checkpoints,
     containers,
+    context_vars,
     contexts,
     environ,
     instances,
