@@ -488,3 +488,17 @@ def test_nonlocal_writes_are_replayed_into_the_enclosing_cells():
         torch.testing.assert_close(helper_cache(x), want_helper(x))
         assert state() == want_state()
     assert _captured_whole(cache) and _captured_whole(helper_cache)
+
+
+def mapped(x, experts):
+    scaled = list(map(lambda e, k: e.data * k, experts, range(1, 4)))
+    big = filter(lambda e: e.data.shape[0] > 2, experts)
+    return sum(t.sum() for t in scaled) + sum(e.data.sum() for e in big) + x
+
+
+def test_map_and_filter_call_their_functions_on_each_item():
+    cache = CaptureCache(mapped)
+    experts = [Vec(torch.randn(n)) for n in (2, 4, 3)]
+    x = torch.randn(())
+    torch.testing.assert_close(cache(x, experts), mapped(x, experts))
+    assert _captured_whole(cache)

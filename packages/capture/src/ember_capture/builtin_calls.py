@@ -217,6 +217,25 @@ def _zip(tx, *iterables: Value, strict: Value | None = None) -> Value:
     return IteratorValue([TupleValue(row) for row in zip(*columns)])
 
 
+@handles(builtins.map)
+def _map(tx, fn: Value, *iterables: Value) -> Value:
+    # Eager's map is lazy; calling fn on every item now gives the same items
+    # as long as the consumer drains it, which list(), for and zip() do.
+    columns = [behaviour.iterate(tx, it) for it in iterables]
+    return IteratorValue(
+        [behaviour.call(tx, fn, list(row), {}) for row in zip(*columns)]
+    )
+
+
+@handles(builtins.filter)
+def _filter(tx, fn: Value, iterable: Value) -> Value:
+    items = behaviour.iterate(tx, iterable)
+    if behaviour.is_none(fn):
+        return IteratorValue([i for i in items if behaviour.truth(tx, i)])
+    kept = [i for i in items if behaviour.truth(tx, behaviour.call(tx, fn, [i], {}))]
+    return IteratorValue(kept)
+
+
 @handles(builtins.enumerate)
 def _enumerate(tx, iterable: Value, start: Value | None = None) -> Value:
     first = 0 if start is None else behaviour.constant(tx, start)
