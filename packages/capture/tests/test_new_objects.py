@@ -11,6 +11,7 @@ import torch
 from conftest import CaptureCache
 
 from ember_capture import capture
+from ember_capture.kinds.autograd_functions import applier
 
 
 class Layer:
@@ -402,12 +403,33 @@ def test_an_autograd_function_without_grad_is_its_forward_inlined():
 def test_an_autograd_function_with_grad_keeps_its_own_backward():
     x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
     result = capture(custom, x, w)
-    assert "Gelu.apply on tensors that require grad" in result.break_reason.reason
+    assert result.break_reason is None
+    (graph,) = result.graphs
+    # one node, which aotgrad runs: autograd records Gelu's own backward
+    assert [n for n in graph.gm.graph.nodes if n.target is applier(Gelu)]
+    assert not [n for n in graph.gm.graph.nodes if n.target is torch.tanh]
     cache = CaptureCache(custom)
     cache(x, w).sum().backward()
     got, w.grad = w.grad, None
     custom(x, w).sum().backward()
     torch.testing.assert_close(got, w.grad)  # the user's rule, not autograd's
+
+
+class Leaky(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        print("side effect")  # cannot be checked: the call breaks the graph
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_an_autograd_function_capture_cannot_check_breaks_the_graph():
+    x = torch.randn(3, requires_grad=True)
+    result = capture(lambda t: Leaky.apply(t * 2) + 1, x)
+    assert "print()" in result.break_reason.reason
 
 
 class Vec:

@@ -94,7 +94,7 @@ def finish_at_break(
         return _cannot_resume(
             error, "while a function, generator or iterator made here is live"
         )
-    _drop_nodes_after(output, point.graph_nodes)
+    output.drop_nodes_after(point.graph_nodes)  # what the instruction began
     del output.side_effects[point.side_effects :]
 
     emitter = Emitter(fn, output)
@@ -197,14 +197,6 @@ def _stack_entries(emitter: Emitter, values: list[Value]) -> list:
 
 def _rebuildable(v: object) -> bool:
     return not isinstance(v, _CAPTURE_ONLY)
-
-
-def _drop_nodes_after(output: OutputGraph, count: int) -> None:
-    """Remove what the broken instruction had started to add to the graph."""
-    graph = output.graph
-    for node in reversed(list(graph.nodes)[count:]):
-        if node.op != "placeholder" and not node.users:
-            graph.erase_node(node)
 
 
 def _next_offset(code: types.CodeType, offset: int) -> int:

@@ -276,6 +276,13 @@ class OutputGraph:
         self.global_writes[(id(f_globals), name)] = value
         self.side_effects.append(GlobalWrite(globals_source, name, value))
 
+    def drop_nodes_after(self, count: int) -> None:
+        """Remove the nodes added after the first ``count`` (graph inputs stay,
+        unused)."""
+        for node in reversed(list(self.graph.nodes)[count:]):
+            if node.op != "placeholder" and not node.users:
+                self.graph.erase_node(node)
+
     def write_cell(self, function: Value, index: int, value: Value) -> None:
         """``function.__closure__[index]`` (a real cell) now holds ``value``."""
         self.side_effects.append(CellWrite(function, index, value))
