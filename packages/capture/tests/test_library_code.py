@@ -79,16 +79,20 @@ def late_module(tmp_path, monkeypatch):
     sys.modules.pop("ember_test_late", None)
 
 
-def test_importing_a_module_not_yet_imported_is_left_to_python(late_module):
+def test_importing_a_module_not_yet_imported_breaks_and_resumes(late_module):
     import builtins
 
-    with pytest.raises(CaptureError, match="importing ember_test_late, which is not"):
-        capture(late_import, torch.randn(3))
+    result = capture(late_import, torch.randn(3))
+    reason = result.break_reason
+    assert "importing ember_test_late, which is not imported yet" in reason.reason
+    assert reason.lineno == late_import.__code__.co_firstlineno + 2
     assert builtins.ember_test_imports == 0  # capture ran none of its code
     cache = CaptureCache(late_import)
-    x = torch.randn(3)
-    torch.testing.assert_close(cache(x), x * 2 + 1.5)  # run as Python: imported once
-    assert builtins.ember_test_imports == 1
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(cache(x), x * 2 + 1.5)
+    assert builtins.ember_test_imports == 1  # imported for real, once
+    assert cache.breaks and not cache.refused  # the graph before it, then resumed
 
 
 def branches(x):

@@ -10,6 +10,7 @@ compiles them on their first call, each with its own guards.
 
 from __future__ import annotations
 
+import builtins
 import dis
 import inspect
 import types
@@ -24,6 +25,7 @@ from .output_graph import OutputGraph
 from .result import HOOK_CELL, RESUME_CELL, CaptureResult
 from .resume import StackEntry, handlers_covering, make_resume_code
 from .side_effects import written_values
+from .source import GLOBALS_CELL
 from .variables import (
     BoundFunctionValue,
     Cell,
@@ -65,7 +67,7 @@ def finish_at_break(
     if code.co_flags & inspect.CO_GENERATOR:
         return _cannot_resume(error, "in a generator")
     name = point.inst.opname
-    if name not in ("CALL", "BEFORE_WITH") and name not in CONDITIONAL_JUMPS:
+    if name not in _EMITTERS and name not in CONDITIONAL_JUMPS:
         return None
     # Each iteration would resume in a new nested call.
     if _inside_while_loop(code, point.inst.offset):
@@ -106,9 +108,7 @@ def finish_at_break(
         locals_ = [
             emitter.expr(v) if isinstance(v, Value) else v for v in live.values()
         ]
-        emit = {"CALL": _emit_call, "BEFORE_WITH": _emit_before_with}.get(
-            name, _emit_jump
-        )
+        emit = _EMITTERS.get(name, _emit_jump)
         resumes = emit(emitter, point, code)
     except TypeError as e:
         return _cannot_resume(error, f"with a value it cannot pass on ({e})")
@@ -260,6 +260,24 @@ def _emit_before_with(emitter: Emitter, point: BreakPoint, code) -> list:
     return [(_next_offset(code, point.inst.offset), [*after, *pushed], "")]
 
 
+def _emit_import(emitter: Emitter, point: BreakPoint, code) -> list:
+    """Import a module not imported yet as IMPORT_NAME does, then resume with
+    the module on the stack (the resume function finds it imported)."""
+    level, fromlist, rest = point.stack[-2], point.stack[-1], point.stack[:-2]
+    importer = emitter.constant(builtins.__import__)
+    args = f"{point.inst.argval!r}, {GLOBALS_CELL}, None"
+    args += f", {emitter.expr(fromlist)}, {emitter.expr(level)}"
+    emitter.body.append(f"{RESULT} = {importer}({args})")
+    after = _stack_entries(emitter, rest)
+    return [
+        (
+            _next_offset(code, point.inst.offset),
+            [*after, (StackEntry.VALUE, RESULT)],
+            "",
+        )
+    ]
+
+
 def _is_user(fn: Value) -> bool:
     """A callable ember should compile on its own, by route_calls' rule: user
     code, not a builtin, torch or the standard library (json.dumps runs as it
@@ -280,3 +298,12 @@ def _emit_jump(emitter: Emitter, point: BreakPoint, code) -> list:
         (point.inst.argval, jumped, "    "),
         (_next_offset(code, point.inst.offset), below, ""),
     ]
+
+
+# How the transformed code runs each instruction a break can happen at (the
+# conditional jumps use _emit_jump).
+_EMITTERS = {
+    "CALL": _emit_call,
+    "BEFORE_WITH": _emit_before_with,
+    "IMPORT_NAME": _emit_import,
+}

@@ -1,7 +1,8 @@
 """Import statements inside captured code. A module that is already imported is
 read from ``sys.modules``, as Python's import would find it, and guarded by
 identity; importing one that is not yet imported would run its code, so it
-breaks the graph instead."""
+breaks the graph instead: the transformed code imports it for real there and
+resumes after."""
 
 from __future__ import annotations
 
