@@ -5,6 +5,7 @@ import collections.abc
 import contextvars
 import dataclasses
 import functools
+import numbers
 import sys
 import types
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 from conftest import CaptureCache
 
-from ember_capture import CaptureError, capture
+from ember_capture import capture
 
 
 @pytest.fixture
@@ -391,3 +392,60 @@ def test_context_variables_are_read_and_guarded():
         MODE.reset(token)
     torch.testing.assert_close(cache(x), by_mode(x))
     assert cache.captures == 2 and not cache.breaks and not cache.refused
+
+
+def iterates(x, d):
+    total = x
+    for i, k in enumerate(reversed(d)):
+        total = total + i * d[k]
+    for i, v in enumerate(t for t in (x, x * 2)):
+        total = total + v * i
+    return total, f"{len(d):02d}|{'a' * 2}|{3.5:.1f}"
+
+
+def abstract_checks(x, n, items):
+    number = isinstance(n, numbers.Number) and isinstance(n, int | float)
+    sequence = isinstance(items, collections.abc.Sequence)
+    iterable = issubclass(type(items), collections.abc.Iterable)
+    return x * n if number and sequence and iterable else x
+
+
+def test_builtins_over_any_iterable_and_abstract_classes():
+    cache = CaptureCache(iterates)
+    for d in ({"a": 1, "b": 2}, {"a": 1, "b": 2}, {"c": 3}):
+        x = torch.randn(3)
+        got, want = cache(x, d), iterates(x, d)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    assert cache.captures == 2  # the other keys recompiled
+    checks = CaptureCache(abstract_checks)
+    for n, items in ((2, [1]), (2.5, (1, 2)), ("no", [1])):
+        x = torch.randn(3)
+        torch.testing.assert_close(checks(x, n, items), abstract_checks(x, n, items))
+    for cache_ in (cache, checks):
+        assert not cache_.breaks and not cache_.refused
+
+
+class WithParameterContainers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scales = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(3)) for _ in range(2)
+        )
+        self.shifts = torch.nn.ParameterDict({"a": torch.nn.Parameter(torch.randn(3))})
+        self.lazy = torch.nn.LazyLinear(4)
+
+    def forward(self, x):
+        for p in self.scales:
+            x = x * p
+        return self.lazy(x + self.shifts["a"])
+
+
+def test_parameter_containers_and_materialised_lazy_modules():
+    model = WithParameterContainers()
+    model(torch.randn(2, 3))  # materialises the lazy module
+    cache = CaptureCache(model.forward)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(cache(x), model(x))
+    assert not cache.breaks and not cache.refused

@@ -86,6 +86,13 @@ def _isinstance(tx, obj: Value, classes: Value) -> Value:
     )
 
 
+@handles(builtins.issubclass)
+def _issubclass(tx, cls: Value, classes: Value) -> Value:
+    return ConstValue(
+        issubclass(behaviour.constant(tx, cls), behaviour.constant(tx, classes))
+    )
+
+
 @handles(builtins.type)
 def _type(tx, obj: Value, *rest: Value) -> Value:
     if rest:
