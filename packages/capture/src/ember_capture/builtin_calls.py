@@ -97,9 +97,7 @@ def _issubclass(tx, cls: Value, classes: Value) -> Value:
 def _type(tx, obj: Value, *rest: Value) -> Value:
     if rest:
         raise tx.unsupported("creating a class with type(name, bases, dict)")
-    if isinstance(obj, (UserObjectValue, ModuleValue, NewObjectValue)) and (
-        obj.source is not None or isinstance(obj, NewObjectValue)
-    ):
+    if isinstance(obj, (UserObjectValue, ModuleValue, NewObjectValue)):
         # Read where the object's class is, so ``type(self).forward`` is the
         # function itself (guarded), as in Python, not a method of a constant.
         return behaviour.get_attr(tx, obj, "__class__")

@@ -523,17 +523,19 @@ def _entry_source(source: Source, position: int, key: object) -> Source:
 def tensor_leaves(v: object) -> list[TensorValue]:
     """The tensors in ``v`` (a value, or Python tuples, lists and dicts of
     values), each once, in order."""
-    roots: list[Value] = []
-    flatten = [v]
-    while flatten:
-        item = flatten.pop(0)
-        if isinstance(item, (tuple, list)):
-            flatten[:0] = list(item)
-        elif isinstance(item, dict):
-            flatten[:0] = list(item.values())
-        else:
-            roots.append(item)
-    return [t for t in reachable(roots) if isinstance(t, TensorValue)]
+    return [t for t in reachable(list(_values(v))) if isinstance(t, TensorValue)]
+
+
+def _values(v: object):
+    """The values in ``v``, through Python tuples, lists and dicts, in order."""
+    if isinstance(v, (tuple, list)):
+        for item in v:
+            yield from _values(item)
+    elif isinstance(v, dict):
+        for item in v.values():
+            yield from _values(item)
+    else:
+        yield v
 
 
 # Tensor methods that move a tensor between devices.

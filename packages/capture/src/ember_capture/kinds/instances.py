@@ -51,7 +51,7 @@ from ..variables import (
     Value,
 )
 from .hooks import call_with_hooks
-from .new_objects import copy_with_state
+from .new_objects import bound_member, copy_with_state
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -102,14 +102,10 @@ def _attr(tx: Interpreter, obj: Value, name: str) -> Value:
         (ModuleValue, name) in builtin_calls.METHOD_HANDLERS
     ):
         return MethodValue(obj, name)  # nn.Module's own iteration methods
-    if isinstance(cls_attr, types.FunctionType):
-        return BoundFunctionValue(cls_attr, obj, class_source)
-    if isinstance(cls_attr, staticmethod):
-        return ObjectValue(cls_attr.__func__, class_source)
-    if isinstance(cls_attr, classmethod):
-        owner = ObjectValue(type(instance), AttrSource(obj.source, "__class__"))
-        func_source = AttrSource(class_source, "__func__")
-        return BoundFunctionValue(cls_attr.__func__, owner, func_source)
+    owner = ObjectValue(type(instance), AttrSource(obj.source, "__class__"))
+    method = bound_member(cls_attr, obj, owner, class_source)
+    if method is not None:
+        return method
     return tx.output.wrap(getattr(instance, name), source)
 
 

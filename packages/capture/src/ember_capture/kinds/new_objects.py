@@ -151,19 +151,31 @@ def member(obj: NewObjectValue, name: str, attr: object) -> BoundFunctionValue:
 def _class_attr(tx: Interpreter, obj: NewObjectValue, name: str) -> Value:
     """``obj.name`` found on the class: methods bound to the object, class
     variables read (and guarded) through the class."""
-    attr = inspect.getattr_static(obj.cls, name)
     source = _class_source(obj, name)
+    attr = inspect.getattr_static(obj.cls, name)
+    method = bound_member(attr, obj, _class_value(obj), source)
+    if method is not None:
+        return method
+    value = getattr(obj.cls, name)
+    if source is None:
+        return tx.output.wrap_trusted(value)
+    return tx.output.wrap(value, source)
+
+
+def bound_member(
+    attr: object, obj: Value, owner: Value, source: Source | None
+) -> Value | None:
+    """``attr``, found on ``obj``'s class (``owner``) and read from ``source``,
+    bound as Python binds it: a function to the object, a classmethod to the
+    class, a staticmethod to nothing; None for anything else."""
     if isinstance(attr, types.FunctionType):
         return BoundFunctionValue(attr, obj, source)
     if isinstance(attr, staticmethod):
         return ObjectValue(attr.__func__, source)
     if isinstance(attr, classmethod):
         func_source = AttrSource(source, "__func__") if source else None
-        return BoundFunctionValue(attr.__func__, _class_value(obj), func_source)
-    value = getattr(obj.cls, name)
-    if source is None:
-        return tx.output.wrap_trusted(value)
-    return tx.output.wrap(value, source)
+        return BoundFunctionValue(attr.__func__, owner, func_source)
+    return None
 
 
 def _class_value(obj: NewObjectValue) -> ObjectValue:
