@@ -212,8 +212,12 @@ def test_super_reaches_dict_methods_of_a_dict_subclass():
     cache = CaptureCache(recorded_scale)
     x = torch.randn(3)
     torch.testing.assert_close(cache(x), x * 2.0)
-    RECORDED["Tensor"] = {"scale": 3.0}  # a changed entry recompiles
+    # A float entry is a graph input: a new value reuses the graph.
+    RECORDED["Tensor"] = {"scale": 3.0}
     torch.testing.assert_close(cache(x), x * 3.0)
+    assert cache.captures == 1
+    RECORDED["Tensor"] = {"scale": 3}  # an int is a constant: a new capture
+    torch.testing.assert_close(cache(x), x * 3)
     del RECORDED["Tensor"]  # a missing key recompiles
     torch.testing.assert_close(cache(x), x)
     RECORDED["Tensor"] = {"scale": 2.0}

@@ -296,7 +296,7 @@ def test_a_module_made_inside_from_a_tensor_breaks_with_the_reason():
     torch.testing.assert_close(cache(x), weighted(x))
 
 
-VALIDATORS = {typing.Union: 1.0, int: 2.0}
+VALIDATORS = {typing.Union: 1, int: 2}  # ints: constants, guarded by value
 
 
 def typed_scale(x):
@@ -307,11 +307,11 @@ def test_dicts_keyed_by_objects_no_literal_names_are_read_and_guarded():
     cache = CaptureCache(typed_scale)
     x = torch.randn(3)
     torch.testing.assert_close(cache(x), typed_scale(x))
-    VALIDATORS[typing.Union] = 3.0
+    VALIDATORS[typing.Union] = 3
     try:
         torch.testing.assert_close(cache(x), typed_scale(x))
     finally:
-        VALIDATORS[typing.Union] = 1.0
+        VALIDATORS[typing.Union] = 1
     assert _captured_whole(cache) and cache.captures == 2
 
 

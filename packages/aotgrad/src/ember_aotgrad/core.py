@@ -45,6 +45,10 @@ POINTWISE = frozenset(
         aten.remainder.Tensor,
         aten.remainder.Scalar,
         aten.where.self,
+        # One fused multiply-add in torch's kernel: decomposed, it would round twice.
+        aten.lerp.Scalar,
+        aten.lerp.Tensor,
+        aten.addcmul.default,
     }
 )
 

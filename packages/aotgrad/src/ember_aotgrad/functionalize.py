@@ -29,6 +29,9 @@ class Storage:
     node: torch.fx.Node
     input_index: int | None = None  # the graph input that owns it, if any
     version: int = 0
+    # Written while grad mode was on: an input that requires grad may then not
+    # be (eager refuses it for a leaf); under no_grad it may (an optimizer step).
+    written_with_grad: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,24 @@ def functional_twin(func: torch._ops.OpOverload) -> torch._ops.OpOverload:
             "the graph runs eagerly"
         )
     return twin
+
+
+def out_twin(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional overload of an ``out=`` op that writes only its one
+    ``out`` tensor (``maximum.out`` -> ``maximum.default``), else None."""
+    arguments = func._schema.arguments
+    writes = mutated_args(func)
+    if len(writes) != 1 or arguments[writes[0]].name != "out":
+        return None
+    if str(arguments[writes[0]].type) != "Tensor":
+        return None
+    wanted = [str(a.type) for a in arguments if a.name != "out"]
+    packet = getattr(aten, func._schema.name.split("::")[-1])
+    for name in packet.overloads():
+        twin = getattr(packet, name)
+        if twin is not func and [str(a.type) for a in twin._schema.arguments] == wanted:
+            return None if mutated_args(twin) else twin
+    return None
 
 
 def with_defaults(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple:

@@ -28,6 +28,7 @@ from .functionalize import (
     functional_twin,
     is_view_op,
     mutated_args,
+    out_twin,
     replay,
     with_defaults,
 )
@@ -148,6 +149,9 @@ class AtenRecorder(TorchDispatchMode):
             self._track_outputs(out, self._record(func, args, kwargs))
             return out
         writes = mutated_args(func)
+        twin = out_twin(func) if writes else None
+        if twin is not None:
+            return self._out_op(twin, args, kwargs)
         if writes:
             return self._mutation(func, args, kwargs, writes)
         if is_view_op(func):
@@ -176,6 +180,22 @@ class AtenRecorder(TorchDispatchMode):
             item.meta["val"] = _snapshot(tensor)
             chain = (*base.chain, ViewStep(*step_args, index=index))
             self.bind(tensor, Ref(base.storage, chain, item, base.storage.version))
+        return out
+
+    def _out_op(self, twin, args, kwargs):
+        """``op(..., out=t)``: the functional op, then ``t.copy_`` of its value
+        (functionalized as any write); ``t`` keeps its shape, as eager's
+        resize of an ``out`` of the right size leaves it."""
+        kwargs = dict(kwargs)
+        out = kwargs.pop("out")
+        with self:
+            result = twin(*args, **kwargs)
+            if result.shape != out.shape:
+                raise AotGradError(
+                    f"aten op {twin}{self._where()} with an out= tensor of another "
+                    "shape (eager resizes it); the graph runs eagerly"
+                )
+            torch.ops.aten.copy_.default(out, result)
         return out
 
     def _mutation(self, func, args, kwargs, writes):
@@ -219,6 +239,7 @@ class AtenRecorder(TorchDispatchMode):
                 )
             src = inverse(self.emit, parent, src, step)
         storage.node = src
+        storage.written_with_grad |= torch.is_grad_enabled()
         storage.version += 1
         ref.node, ref.version = value, storage.version
 

@@ -174,10 +174,10 @@ def _trace_values(gm, rec, values, joint, standalone):
             continue
         storage = rec.refs[id(value)].storage
         if storage.version:
-            if joint and value.requires_grad:
+            if joint and value.requires_grad and storage.written_with_grad:
                 raise AotGradError(
-                    f"graph input {i} requires grad and is written in place; "
-                    "the graph runs eagerly"
+                    f"graph input {i} requires grad and is written in place "
+                    "with grad mode on; the graph runs eagerly"
                 )
             mutated.append(i)
             graph_outputs.append(storage.node)

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from .guards import Guard, GuardKind
 from .source import LenSource
-from .variables import ConstValue, DictValue, ListValue, TensorValue, TupleValue, Value
+from .variables import (
+    ConstValue,
+    DictValue,
+    ListValue,
+    ObjectKey,
+    TensorValue,
+    TupleValue,
+    Value,
+)
 
 if TYPE_CHECKING:
     from .bytecode_interp import Interpreter
@@ -247,12 +255,22 @@ def constant_value(value: object) -> Value:
     return ConstValue(value)
 
 
+@on_value(1)
 def key(tx: Interpreter, v: Value) -> object:
-    """A dict key: a hashable constant."""
+    """A dict key: a hashable constant (tensors register their own: an
+    ``ObjectKey``, found by identity)."""
     k = constant(tx, v)
     if not hashable(k):
         raise tx.unsupported(f"a dict key of type {type(k).__name__}")
     return k
+
+
+def key_value(tx: Interpreter, k: object) -> Value:
+    """A dict key as a value again: a constant, or the object an ``ObjectKey``
+    stands for."""
+    if not isinstance(k, ObjectKey):
+        return ConstValue(k)
+    return k.value if k.value is not None else tx.output.wrap(k.obj, k.source)
 
 
 def keyword(tx: Interpreter, k: object) -> str:

@@ -9,9 +9,12 @@ next to its code.
 from __future__ import annotations
 
 import builtins
+import collections
 import copy
 import dataclasses
+import itertools
 import operator
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -32,6 +35,7 @@ from .variables import (
     ModuleValue,
     NamedTupleValue,
     NewObjectValue,
+    ObjectKey,
     ObjectValue,
     SuperValue,
     TensorValue,
@@ -213,6 +217,14 @@ def as_dict(tx, obj: Value | None = None, **kwargs: Value) -> DictValue:
     return DictValue(items)
 
 
+@handles(collections.defaultdict)
+def _defaultdict(
+    tx, factory: Value | None = None, obj: Value | None = None, **kwargs: Value
+) -> DictValue:
+    made = as_dict(tx, obj, **kwargs)
+    return DictValue(made.items, default_factory=factory or ConstValue(None))
+
+
 @handles(builtins.zip)
 def _zip(tx, *iterables: Value, strict: Value | None = None) -> Value:
     columns = [behaviour.iterate(tx, it) for it in iterables]
@@ -248,6 +260,21 @@ def _enumerate(tx, iterable: Value, start: Value | None = None) -> Value:
     return IteratorValue(
         [TupleValue((ConstValue(first + i), v)) for i, v in enumerate(items)]
     )
+
+
+@handles(typing.cast)
+def _cast(tx, typ: Value, value: Value) -> Value:
+    return value
+
+
+@handles(itertools.chain)
+def _chain(tx, *iterables: Value) -> Value:
+    return IteratorValue([i for it in iterables for i in behaviour.iterate(tx, it)])
+
+
+@handles(itertools.chain.from_iterable)
+def _chain_from_iterable(tx, iterables: Value) -> Value:
+    return _chain(tx, *behaviour.iterate(tx, iterables))
 
 
 @handles(builtins.reversed)
@@ -501,14 +528,18 @@ def note_change(tx, container: Value) -> None:
 
 @handles_method((DictValue,), "items")
 def _dict_items(tx, d: DictValue) -> Value:
-    return ListValue([TupleValue((ConstValue(k), v)) for k, v in d.items.items()])
+    return ListValue(
+        [TupleValue((behaviour.key_value(tx, k), v)) for k, v in d.items.items()]
+    )
 
 
 @handles_method((DictValue,), "keys")
 def _dict_keys(tx, d: DictValue) -> Value:
-    # Keys are constants: a real keys view of them iterates, tests membership
-    # and takes set operators (``a.keys() | b.keys()``) by folding. It is a
-    # snapshot, not a live view of ``d``.
+    # Constant keys: a real keys view of them iterates, tests membership and
+    # takes set operators (``a.keys() | b.keys()``) by folding. It is a
+    # snapshot, not a live view of ``d``. Keys found by identity are listed.
+    if any(isinstance(k, ObjectKey) for k in d.items):
+        return ListValue([behaviour.key_value(tx, k) for k in d.items])
     return ConstValue(dict.fromkeys(d.items).keys())
 
 

@@ -9,6 +9,7 @@ unroll as they run. All frames share one ``OutputGraph``.
 from __future__ import annotations
 
 import builtins
+import collections
 import dis
 import inspect
 import types
@@ -26,6 +27,7 @@ from .source import (
     AttrSource,
     GlobalSource,
     GlobalsSource,
+    ImportSource,
     ItemSource,
     LocalSource,
     Source,
@@ -35,6 +37,7 @@ from .variables import (
     DictValue,
     FunctionValue,
     GeneratorValue,
+    ObjectValue,
     TupleValue,
     Value,
 )
@@ -43,6 +46,15 @@ MAX_INLINE_DEPTH = 64
 # Exceptions user code raises while being interpreted (not ember's own bugs).
 _PYTHON_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 MAX_STEPS = 1_000_000  # instructions per capture: a loop that runs longer is refused
+
+
+# The wrappers ``torch._disable_dynamo`` puts around torch functions.
+_NOT_FOR_DYNAMO = frozenset(
+    c for c in torch._disable_dynamo.__code__.co_consts if isinstance(c, types.CodeType)
+)
+
+# Types of the module globals of torch's code that change at run time.
+_STATE_TYPES = (dict, list, collections.OrderedDict, collections.defaultdict)
 
 
 class Interpreter:
@@ -204,8 +216,13 @@ class Interpreter:
         if written is not None:
             return written
         if name in self.f_globals:
+            value = self.f_globals[name]
+            if self.globals_source is None and type(value) in _STATE_TYPES:
+                # torch's own state (registries of hooks): read and guarded.
+                module = ImportSource(self.f_globals["__name__"])
+                return self.output.wrap(value, AttrSource(module, name))
             if self.globals_source is None:
-                return self.output.wrap_trusted(self.f_globals[name])
+                return self.output.wrap_trusted(value)
             source = (
                 GlobalSource(name)
                 if isinstance(self.globals_source, GlobalsSource)
@@ -231,6 +248,12 @@ class Interpreter:
         func = fn.value
         if not isinstance(func, types.FunctionType):
             raise self.unsupported(f"calling {func!r}")
+        if func.__code__ in _NOT_FOR_DYNAMO:
+            # torch keeps Dynamo out of this function (Optimizer.zero_grad);
+            # ember interprets the function it wraps like any other.
+            wrapped_source = fn.source and AttrSource(fn.source, "__wrapped__")
+            fn = ObjectValue(func.__wrapped__, wrapped_source)
+            func = fn.value
         code = user_code(func.__code__)  # a function a routed frame made
         if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
             raise self.unsupported(f"calling coroutine {func.__qualname__}")

@@ -4,6 +4,7 @@ frame sources and constants held in closure cells."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import sys
@@ -30,7 +31,7 @@ from .source import (
     FloatTensorSource,
     Source,
 )
-from .variables import DictValue, ListValue, Value
+from .variables import DictValue, ListValue, ObjectKey, Value
 
 log = logging.getLogger("ember.capture")
 
@@ -85,7 +86,7 @@ class Emitter:
         )
         if any(isinstance(s, FloatTensorSource) for s in self.output.input_sources):
             self.cells[FLOAT_TENSOR_CELL] = _float_tensor
-        inputs = ", ".join(s.code() for s in self.output.input_sources)
+        inputs = ", ".join(self.read(s) for s in self.output.input_sources)
         self.body.append(f"{GRAPH_OUT} = {GRAPH_NAME}({inputs})")
         log.debug("captured %s:\n%s", self.fn.__qualname__, gm.code)
 
@@ -184,9 +185,20 @@ class Emitter:
         if isinstance(container, ListValue):
             return f"[{', '.join(self.expr(i) for i in container.items)}]"
         entries = [
-            f"{self.constant(k)}: {self.expr(i)}" for k, i in container.items.items()
+            f"{self._key(k)}: {self.expr(i)}" for k, i in container.items.items()
         ]
-        return "{" + ", ".join(entries) + "}"
+        literal = "{" + ", ".join(entries) + "}"
+        factory = container.default_factory
+        if factory is None:
+            return literal
+        made = self.constant(collections.defaultdict)
+        return f"{made}({self.expr(factory)}, {literal})"
+
+    def _key(self, k: object) -> str:
+        """A dict key: a literal, or the object an ``ObjectKey`` stands for."""
+        if not isinstance(k, ObjectKey):
+            return self.constant(k)
+        return self.expr(k.value) if k.value is not None else self.read(k.source)
 
     def constant(self, value: object) -> str:
         """A literal for ``value``, or the name of a closure cell holding it."""

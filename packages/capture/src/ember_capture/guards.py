@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.nn.modules import module as nn_module
 
-from .source import MODULES_NAME, Source
+from .source import MODULES_NAME, Source, key_text
 
 _MODULES = {MODULES_NAME: sys.modules}
 
@@ -31,6 +31,8 @@ class GuardKind(enum.Enum):
     ONLY_FORWARD_HOOKS = "only_forward_hooks"
     SAME_OBJECT = "same_object"  # two sources that name one tensor (tied weights)
     KEY_NOT_IN = "key_not_in"  # a builtin read: no module global shadows it
+    # a dict keyed by tensors (an optimizer's state): its keys, by identity
+    KEYS_ARE = "keys_are"
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, deterministic flag
 
 
@@ -131,6 +133,8 @@ class Guard:
                 return f"{where} is {self.expected.name()}"
             case GuardKind.KEY_NOT_IN:
                 return f"{self.expected!r} not in {where}"
+            case GuardKind.KEYS_ARE:
+                return f"{where} are the same {len(self.expected)} objects"
             case GuardKind.GLOBAL_STATE:
                 s = self.expected
                 return (
@@ -141,6 +145,13 @@ class Guard:
                     f"{s.dispatch_modes}"
                 )
         raise AssertionError(self.kind)
+
+
+def _brief(value: object) -> str:
+    """A value for a message: a tensor (a dict's key) by type and size."""
+    if type(value) in (list, tuple):
+        return f"[{', '.join(_brief(v) for v in value)}]"
+    return key_text(value)
 
 
 def _short_repr(obj: object) -> str:
@@ -173,6 +184,12 @@ def _tensor_difference(value: object, spec: TensorSpec) -> str:
         if (tuple(new) if field == "shape" else new) != old:
             return f"{label} changed from {_fmt(old)} to {_fmt(new)}"
     return f"stride changed from {list(spec.stride)} to {list(value.stride())}"
+
+
+def _same_objects(values: object, expected: tuple) -> bool:
+    return len(values) == len(expected) and all(
+        a is b for a, b in zip(values, expected)
+    )
 
 
 def module_has_no_hooks(module: torch.nn.Module) -> bool:
@@ -212,7 +229,7 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
     GuardKind.TENSOR_MATCH: ("___tensor_matches({v}, {e})", _tensor_difference),
     GuardKind.EQUALS_MATCH: (
         "(type({v}) is {e}[0] and {v} == {e}[1])",
-        lambda v, e: f"value changed from {e[1]!r} to {v!r}",
+        lambda v, e: f"value changed from {_brief(e[1])} to {_brief(v)}",
     ),
     GuardKind.ID_MATCH: (
         "{v} is {e}",
@@ -237,6 +254,10 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
     GuardKind.KEY_NOT_IN: (
         "{e} not in {v}",
         lambda v, e: f"a module global {e!r} now shadows the builtin",
+    ),
+    GuardKind.KEYS_ARE: (
+        "___same_objects({v}, {e})",
+        lambda v, e: f"its keys changed ({len(e)} before, {len(v)} now, or others)",
     ),
     GuardKind.GLOBAL_STATE: (
         "___global_state() == {e}",
@@ -296,6 +317,7 @@ class GuardChecker:
             "___global_state": GlobalState.current,
             "___no_hooks": module_has_no_hooks,
             "___only_forward_hooks": module_has_only_forward_hooks,
+            "___same_objects": _same_objects,
             **_MODULES,
         }
         terms = []

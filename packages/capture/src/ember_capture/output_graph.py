@@ -26,6 +26,7 @@ from .behaviour import reachable
 from .errors import CaptureError
 from .grad_mode import GradModeExit
 from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
+from .scalar_operands import rewrite_number_operands
 from .side_effects import (
     AttrWrite,
     CellWrite,
@@ -40,6 +41,7 @@ from .source import (
     EntrySource,
     FloatTensorSource,
     ItemSource,
+    KeySource,
     KeysSource,
     LenSource,
     LocalSource,
@@ -51,10 +53,12 @@ from .variables import (
     ConstValue,
     ContextExitValue,
     DictValue,
+    FloatExprValue,
     FloatInputValue,
     ListValue,
     ModuleValue,
     NamedTupleValue,
+    ObjectKey,
     ObjectValue,
     TensorValue,
     TupleValue,
@@ -63,6 +67,12 @@ from .variables import (
 )
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+# Where a float is read as an input (guarded by type until its value is used):
+# arguments, and entries of dicts and lists (an optimizer's ``group["lr"]``,
+# which a scheduler changes every step). An object's float attribute is
+# configuration, guarded by value.
+_UNSPECIALIZED_FLOAT_SOURCES = (LocalSource, ItemSource, EntrySource)
 
 # Python values that are captured as constants and guarded by type and value.
 CONSTANT_TYPES = (
@@ -112,6 +122,8 @@ class OutputGraph:
         self.example_inputs: list[Any] = []
         self._inputs_by_source: dict[Source, TensorValue] = {}
         self._inputs_by_id: dict[int, TensorValue] = {}  # inputs stay alive: ids hold
+        self._real_inputs: dict[torch.fx.Node, torch.Tensor] = {}
+        self._float_tensors: dict[tuple[int, torch.dtype], tuple[Value, Value]] = {}
         self.side_effects: list[SideEffect] = []
         # Writes seen so far, read back by later reads in the same capture.
         self.attr_writes: dict[tuple[int, str], Value] = {}  # (id(object), name)
@@ -130,7 +142,7 @@ class OutputGraph:
         """An interpreter value for ``value`` read from ``source``, with its guard."""
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, source)
-        if type(value) is float and type(source) is LocalSource:
+        if type(value) is float and type(source) in _UNSPECIALIZED_FLOAT_SOURCES:
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, float))
             return FloatInputValue(
                 value, source, functools.partial(self._guard_value, source, value)
@@ -156,17 +168,33 @@ class OutputGraph:
             if type(value) is tuple:
                 return TupleValue(tuple(items), source)
             return NamedTupleValue(type(value), tuple(items), source)
-        if type(value) in (dict, collections.OrderedDict):
-            keys = list(value)
+        if type(value) in (dict, collections.OrderedDict, collections.defaultdict):
+            real_keys = keys = list(value)
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
-            self.guards.add(
-                Guard(GuardKind.EQUALS_MATCH, KeysSource(source), (list, keys))
-            )
+            if any(isinstance(k, torch.Tensor) for k in keys):
+                # Tensors compare by value: keys are guarded, and found, by identity.
+                self.guards.add(
+                    Guard(GuardKind.KEYS_ARE, KeysSource(source), tuple(keys))
+                )
+                keys = [
+                    ObjectKey(k, source=KeySource(source, i))
+                    if isinstance(k, torch.Tensor)
+                    else k
+                    for i, k in enumerate(keys)
+                ]
+            else:
+                self.guards.add(
+                    Guard(GuardKind.EQUALS_MATCH, KeysSource(source), (list, keys))
+                )
             items = {
-                k: self.wrap(value[k], _entry_source(source, i, k))
-                for i, k in enumerate(keys)
+                k: self.wrap(value[real], _entry_source(source, i, real))
+                for i, (k, real) in enumerate(zip(keys, real_keys))
             }
-            wrapped = DictValue(items, source)
+            factory = None
+            if isinstance(value, collections.defaultdict):
+                factory_source = AttrSource(source, "default_factory")
+                factory = self.wrap(value.default_factory, factory_source)
+            wrapped = DictValue(items, source, factory)
             self._containers[id(value)] = (value, wrapped)
             return wrapped
         if isinstance(value, torch.amp.autocast):  # a @torch.autocast decorator's
@@ -236,8 +264,7 @@ class OutputGraph:
                 "pass dense torch.Tensor inputs",
             )
         self.guards.add(Guard(GuardKind.TENSOR_MATCH, source, TensorSpec.of(value)))
-        name = _placeholder_name(source)
-        node = self.graph.placeholder(name)
+        node = self._placeholder(source)
         meta = _to_meta(value)
         node.meta["example_value"] = meta
         node.meta["source"] = source.name()
@@ -246,15 +273,61 @@ class OutputGraph:
         wrapped = TensorValue(node, meta, value.device, source, type(value))
         self._inputs_by_source[source] = wrapped
         self._inputs_by_id[id(value)] = wrapped
+        self._real_inputs[node] = value
         return wrapped
 
-    def _float_tensor(self, value: FloatInputValue) -> TensorValue:
+    def _placeholder(self, source: Source) -> torch.fx.Node:
+        """A graph input named after ``source`` (numbered when two sources
+        read alike: entries of a dict keyed by tensors of one size)."""
+        base = name = _placeholder_name(source)
+        taken = {n.name for n in self.graph.nodes if n.op == "placeholder"}
+        count = 1
+        while name in taken:
+            name = f"{base}_{count}"
+            count += 1
+        return self.graph.placeholder(name)
+
+    def real_tensor(self, t: TensorValue) -> torch.Tensor | None:
+        """The caller's tensor behind graph input ``t`` (None for a tensor the
+        graph computes)."""
+        return self._real_inputs.get(t.node)
+
+    def float_tensor(
+        self, value: FloatInputValue, dtype: torch.dtype = torch.float64
+    ) -> TensorValue:
+        """``value`` as a 0-d tensor of ``dtype`` in the graph: a float input is
+        a graph input (a 0-d float64 tensor, once per input), arithmetic on
+        them the same arithmetic on those tensors, then cast to ``dtype`` (the
+        dtype eager converts the number to, so it computes and promotes alike).
+        Each value is taken in once per dtype."""
+        made = self._float_tensors.get((id(value), dtype))
+        if made is not None:
+            return made[1]
+        if isinstance(value, FloatExprValue):
+            operands = [
+                self.float_tensor(o) if isinstance(o, FloatInputValue) else o
+                for o in value.operands
+            ]
+            as_tensor = self.call_tensor_op(
+                "call_function", value.op, tuple(operands), {}
+            )
+        else:
+            as_tensor = self._float_input(value)
+        if dtype != torch.float64:
+            as_tensor = self.call_tensor_op(
+                "call_method", "to", (as_tensor, ConstValue(dtype)), {}
+            )
+        # The value is kept with its tensor: its id stays its own.
+        self._float_tensors[(id(value), dtype)] = (value, as_tensor)
+        return as_tensor
+
+    def _float_input(self, value: FloatInputValue) -> TensorValue:
         """The graph input that carries a float argument, once per argument."""
         source = FloatTensorSource(value.source)
         if source in self._inputs_by_source:
             return self._inputs_by_source[source]
         example = torch.tensor(value.peek(), dtype=torch.float64)
-        node = self.graph.placeholder(_placeholder_name(value.source))
+        node = self._placeholder(value.source)
         meta = _to_meta(example)
         node.meta["example_value"] = meta
         node.meta["source"] = source.name()
@@ -266,8 +339,13 @@ class OutputGraph:
 
     # -- side effects -------------------------------------------------------------
 
-    def write_attr(self, target: Value, name: str, value: Value) -> None:
-        self.attr_writes[(id(target.value), name)] = value
+    def write_attr(
+        self, target: Value, name: str, value: Value, owner: object = None
+    ) -> None:
+        """``target.name = value``; ``owner`` is the real object written (by
+        default ``target.value``), which later reads look the write up by."""
+        owner = target.value if owner is None else owner
+        self.attr_writes[(id(owner), name)] = value
         self.side_effects.append(AttrWrite(target, name, value))
 
     def write_global(
@@ -315,9 +393,15 @@ class OutputGraph:
                 "its kernel's own matmuls are autocast in eager, which capture "
                 "cannot see; it runs eagerly",
             )
-        if _takes_float_inputs(kind, target, args):
+        rewritten = rewrite_number_operands(self, kind, target, args, kwargs)
+        if rewritten is not None:
+            return rewritten
+        float_dtype = _float_operand_dtype(kind, target, args)
+        if float_dtype is not None:
             args = tuple(
-                self._float_tensor(a) if isinstance(a, FloatInputValue) else a
+                self.float_tensor(a, float_dtype)
+                if isinstance(a, FloatInputValue)
+                else a
                 for a in args
             )
         try:
@@ -372,6 +456,8 @@ class OutputGraph:
                 return getattr(receiver, target)(*rest, **kw)
         else:
             run = target
+        if _is_foreach(target):
+            meta_args = _scalars_on_cpu(meta_args)
         result = autocast.call(run, meta_args, meta_kwargs, devices)
         if memo_key is not None:
             meta_memo.MEMO.record(text, inputs, before, result)
@@ -451,18 +537,21 @@ _FLOAT_INPUT_METHODS = frozenset(
 _FLOAT_INPUT_DTYPES = (torch.float32, torch.float64)
 
 
-def _takes_float_inputs(kind: str, target: Any, args: tuple) -> bool:
+def _float_operand_dtype(kind: str, target: Any, args: tuple) -> torch.dtype | None:
+    """For arithmetic between floating-point tensors of one dtype and float
+    inputs, that dtype: eager converts a Python number to it (a float64 input
+    would promote a 0-d tensor); None for any other op."""
     if kind == "call_method":
         if target not in _FLOAT_INPUT_METHODS:
-            return False
+            return None
     elif target not in _FLOAT_INPUT_FUNCTIONS:
-        return False
-    tensors = [a for a in args if isinstance(a, TensorValue)]
-    return (
-        any(isinstance(a, FloatInputValue) for a in args)
-        and bool(tensors)
-        and all(t.meta.dtype in _FLOAT_INPUT_DTYPES for t in tensors)
-    )
+        return None
+    if not any(isinstance(a, FloatInputValue) for a in args):
+        return None
+    dtypes = {a.meta.dtype for a in args if isinstance(a, TensorValue)}
+    if len(dtypes) != 1 or not dtypes <= set(_FLOAT_INPUT_DTYPES):
+        return None
+    return dtypes.pop()
 
 
 def _is_namedtuple(value: object) -> bool:
@@ -540,6 +629,21 @@ def _values(v: object):
 
 # Tensor methods that move a tensor between devices.
 _DEVICE_MOVES = frozenset({"to", "cpu", "cuda"})
+
+
+def _is_foreach(target: object) -> bool:
+    return getattr(target, "__name__", "").startswith("_foreach_")
+
+
+def _scalars_on_cpu(args: tuple) -> tuple:
+    """A foreach op's tensor of scalars (one per list entry) must be on the CPU
+    even for its meta kernel, which reads only the lists' metadata."""
+    return tuple(
+        torch.zeros(a.shape, dtype=a.dtype)
+        if isinstance(a, torch.Tensor) and a.dim() == 1
+        else a
+        for a in args
+    )
 
 
 def _on_meta(target: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -12,6 +12,8 @@ import re
 import sys
 from dataclasses import dataclass
 
+import torch
+
 # The closure cell through which transformed code reads the function's globals.
 GLOBALS_CELL = "__ember_G"
 # The closure cell holding the function that turns a float into a graph input.
@@ -189,6 +191,14 @@ class ItemSource(Source):
         return f"{self.base.expr()}[{index_text(self.index, MODULES_NAME)}]"
 
 
+def key_text(key: object) -> str:
+    """How a message names a dict key no literal names: a tensor by its type
+    and size (its repr would print its data)."""
+    if isinstance(key, torch.Tensor):
+        return f"<{type(key).__name__} of size {list(key.shape)}>"
+    return repr(key)
+
+
 def index_text(index: object, modules: str) -> str | None:
     """Python for a constant index: its literal, or a class read from the module
     that defines it (``modules`` names sys.modules there); None when neither
@@ -244,6 +254,40 @@ class KeysSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class ReferentSource(Source):
+    """``base()``: the object a weak reference read from ``base`` refers to."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"{self.base.name()}()"
+
+    def code(self) -> str:
+        return f"{self.base.code()}()"
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}()"
+
+
+@dataclass(frozen=True, slots=True)
+class KeySource(Source):
+    """``list(base)[position]``: a key of a dict read from the frame (a tensor
+    key, which no literal names)."""
+
+    base: Source
+    position: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()})[{self.position}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()})[{self.position}]"
+
+    def expr(self) -> str:
+        return f"list({self.base.expr()})[{self.position}]"
+
+
+@dataclass(frozen=True, slots=True)
 class ContextVarSource(Source):
     """``base.get()`` (or ``base.get(default)``): a ContextVar's value now."""
 
@@ -274,7 +318,7 @@ class EntrySource(Source):
     key: object
 
     def name(self) -> str:
-        return f"{self.base.name()}[{self.key!r}]"
+        return f"{self.base.name()}[{key_text(self.key)}]"
 
     def code(self) -> str:
         return f"list({self.base.code()}.values())[{self.position}]"

@@ -118,6 +118,8 @@ TORCH_META_FUNCTIONS: dict[Callable, Callable] = {
     torch.compiler.is_compiling: lambda: True,
     torch.compiler.is_exporting: lambda: False,
     torch._C._is_tracing: lambda: False,
+    # Renamed at most once, before any device of that backend is used.
+    torch._C._get_privateuse1_backend_name: torch._C._get_privateuse1_backend_name,
     torch._C._get_tracing_state: lambda: None,
 }
 # Without a CUDA (XPU) device no stream can be capturing a CUDA graph (torch's

@@ -74,6 +74,31 @@ class FloatInputValue(ConstValue):
 _CONST_SLOT = ConstValue.__dict__["value"]
 
 
+class FloatExprValue(FloatInputValue):
+    """Python arithmetic on float inputs (``1 - lr * weight_decay``): ``peek``
+    computes it from theirs without guarding; reading ``value`` specializes
+    them all; a tensor op takes it into the graph as the same arithmetic on
+    0-d float64 tensors, which round as Python's floats do."""
+
+    __slots__ = ("op", "operands")
+
+    def __init__(self, op: Callable, operands: tuple[ConstValue, ...]) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "operands", operands)
+        peeked = op(*(peek(o) for o in operands))
+        super().__init__(peeked, None, self._specialize_operands)
+
+    def _specialize_operands(self) -> None:
+        for o in self.operands:
+            if isinstance(o, FloatInputValue):
+                o._specialize()
+
+
+def peek(v: ConstValue) -> object:
+    """A constant's value; a float input's without guarding on it."""
+    return v.peek() if isinstance(v, FloatInputValue) else v.value
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ObjectValue(Value):
     """An object known by identity: a function, class, Python module or builtin."""
@@ -112,10 +137,29 @@ class ListValue(Value):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DictValue(Value):
-    """A dict with constant keys; built in the function or read from the frame."""
+    """A dict with constant keys (or ``ObjectKey``s); built in the function or
+    read from the frame. A defaultdict keeps its factory, called on a miss."""
 
     items: dict[object, Value] = field(default_factory=dict)
     source: Source | None = None
+    default_factory: Value | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ObjectKey:
+    """A dict key that is an object compared by identity: a tensor (an
+    optimizer's state is keyed by its parameters). ``value`` is the key as an
+    interpreter value when capture has one; else ``source`` reads it."""
+
+    obj: object
+    value: Value | None = None
+    source: Source | None = None
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectKey) and other.obj is self.obj
 
 
 @dataclass(frozen=True, slots=True, eq=False)

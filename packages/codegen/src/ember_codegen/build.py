@@ -38,6 +38,9 @@ from .locations import replace_locations
 
 log = logging.getLogger("ember.kernel_cache")
 
+# -ffp-contract=off: each op rounds as torch's own kernel for it does (a fused
+# a * b + c would differ from eager's two kernels in the last bit); the
+# multiply-adds torch's kernels make are written as explicit fma calls.
 # -fno-math-errno and -fno-trapping-math change no result (torch never reads
 # errno or FP traps) but let loops with sqrt and selects vectorize (without the
 # latter, softmax ran 8x slower). -fwrapv gives integer overflow torch's
@@ -59,6 +62,7 @@ CXX_FLAGS = (
     "-fno-math-errno",
     "-fno-trapping-math",
     "-fno-tree-fre",
+    "-ffp-contract=off",
 )
 
 # GCC and clang default to 256-bit vectors even where the CPU has 512-bit ones;

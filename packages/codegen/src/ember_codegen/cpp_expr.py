@@ -292,6 +292,7 @@ SCALAR_OPS: dict[str, str] = {
     # Half to even under the default rounding mode, as torch.round.
     "round": "std::nearbyint({0})",
     "pow": "std::pow({0}, {1})",
+    "fma": "std::fma({0}, {1}, {2})",
     "maximum": "ember_max({0}, {1})",
     "minimum": "ember_min({0}, {1})",
     "clamp_min": "({0} < {1} ? {1} : {0})",

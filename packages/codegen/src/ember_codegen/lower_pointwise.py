@@ -68,15 +68,19 @@ def _promoted(*args: object) -> torch.dtype:
 def _binary(op: str):
     def rule(lo: Lowerer, a, b, alpha=1):
         if alpha != 1:
-            return elementwise(
-                lo,
-                lambda x, y: call(op, x, call("mul", y, constant(alpha, y.dtype))),
-                a,
-                b,
-            )
+            return elementwise(lo, lambda x, y: _scaled(op, x, y, alpha), a, b)
         return elementwise(lo, lambda x, y: call(op, x, y), a, b)
 
     return rule
+
+
+def _scaled(op: str, x, y, alpha):
+    """``x + alpha * y`` (or ``-``): torch's vectorized kernel computes it as one
+    fused multiply-add, rounded once, and so does this for float32 and float64."""
+    if x.dtype in (torch.float32, torch.float64) and y.dtype == x.dtype:
+        signed = alpha if op == "add" else -alpha
+        return call("fma", y, constant(signed, y.dtype), x)
+    return call(op, x, call("mul", y, constant(alpha, y.dtype)))
 
 
 register(aten.add.Tensor, aten.add.Scalar)(_binary("add"))
@@ -355,6 +359,36 @@ def _vectorized_gelu(a: object) -> bool:
 def _silu(lo: Lowerer, a):
     _float_only(lo)
     return elementwise(lo, lambda x: call("mul", x, call("sigmoid", x)), a)
+
+
+@register(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(lo: Lowerer, start, end, weight):
+    # torch's vectorized kernel: from the nearer end, in one fused multiply-add.
+    if _out(lo).dtype not in (torch.float32, torch.float64):
+        raise Unsupported
+
+    def body(s, e, w):
+        near_start = call(
+            "lt", call("abs", w), constant(0.5, w.dtype), dtype=torch.bool
+        )
+        minus_one = call("sub", w, constant(1, w.dtype))
+        coeff = call("where", near_start, w, minus_one, dtype=w.dtype)
+        base = call("where", near_start, s, e, dtype=s.dtype)
+        return call("fma", coeff, call("sub", e, s), base)
+
+    return elementwise(lo, body, start, end, weight)
+
+
+@register(aten.addcmul.default)
+def _addcmul(lo: Lowerer, a, t1, t2, value=1):
+    # torch's vectorized kernel: self + value * t1 * t2, the add fused.
+    def body(x, y, z):
+        scaled = call("mul", constant(value, y.dtype), y)
+        if x.dtype in (torch.float32, torch.float64):
+            return call("fma", scaled, z, x)
+        return call("add", x, call("mul", scaled, z))
+
+    return elementwise(lo, body, a, t1, t2)
 
 
 @register(aten.clamp.default)

@@ -1,7 +1,7 @@
 """Decompositions from composite and backward aten ops down to the core op set.
 
-``default_decompositions()`` is the table aot_compile uses; forward.py and
-backward.py hold the rules, each registered next to its code.
+``default_decompositions()`` is the table aot_compile uses; forward.py,
+backward.py and foreach.py hold the rules, each registered next to its code.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import backward, forward  # noqa: F401  (modules register their rules)
+from . import backward, foreach, forward  # noqa: F401  (modules register rules)
 from .registry import DECOMPOSITIONS, register_decomposition
 
 

@@ -4,11 +4,13 @@ generators; and the operators ``+ * |`` and their in-place forms on them."""
 
 from __future__ import annotations
 
+import collections
 import operator
 from typing import TYPE_CHECKING
 
 from .. import builtin_calls
 from ..behaviour import (
+    call,
     constant,
     contains,
     copy_of,
@@ -16,9 +18,12 @@ from ..behaviour import (
     del_item,
     describe_value,
     get_attr,
+    get_item,
+    is_none,
     item_of,
     iterate,
     key,
+    key_value,
     length,
     parts,
     python_type,
@@ -27,8 +32,8 @@ from ..behaviour import (
     set_item,
     truth,
 )
+from ..source import key_text
 from ..variables import (
-    ConstValue,
     DataclassValue,
     DictValue,
     GeneratorValue,
@@ -59,7 +64,7 @@ def _list_type(v: ListValue) -> type:
 
 @python_type.register(DictValue)
 def _dict_type(v: DictValue) -> type:
-    return dict
+    return dict if v.default_factory is None else collections.defaultdict
 
 
 @python_type.register(NamedTupleValue, DataclassValue)
@@ -160,7 +165,7 @@ def _items(tx: Interpreter, v: Value) -> list[Value]:
 
 @iterate.register(DictValue)
 def _keys(tx: Interpreter, v: DictValue) -> list[Value]:
-    return [ConstValue(k) for k in v.items]
+    return [key_value(tx, k) for k in v.items]
 
 
 @iterate.register(IteratorValue)
@@ -198,11 +203,21 @@ def _sequence_item(tx: Interpreter, obj: Value, k: object) -> Value:
     return TupleValue(tuple(picked))
 
 
+@get_item.register(DictValue)
+def _get_dict_item(tx: Interpreter, obj: DictValue, index: Value) -> Value:
+    return _dict_item(tx, obj, key(tx, index))
+
+
 @item_of.register(DictValue)
 def _dict_item(tx: Interpreter, obj: DictValue, k: object) -> Value:
-    if k not in obj.items:
-        raise tx.unsupported(f"reading missing key {k!r} (KeyError)")
-    return obj.items[k]
+    if k in obj.items:
+        return obj.items[k]
+    if obj.default_factory is None or is_none(obj.default_factory):
+        raise tx.unsupported(f"reading missing key {key_text(k)} (KeyError)")
+    made = obj.items[k] = call(tx, obj.default_factory, [], {})
+    if obj.source is not None:
+        tx.output.write_contents(obj)
+    return made
 
 
 @set_item.register(ListValue)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import operator
 import types
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ from ..behaviour import (
     fold,
     get_attr,
     hashable,
+    is_none,
     item_of,
     iterate,
     python_type,
@@ -31,7 +34,7 @@ from ..behaviour import (
     set_attr,
     truth,
 )
-from ..source import AttrSource
+from ..source import AttrSource, ReferentSource
 from ..torch_ops import (
     FOLDABLE_METHOD_TYPES,
     ITERABLE_CONSTANT_TYPES,
@@ -45,6 +48,7 @@ from ..variables import (
     BoundFunctionValue,
     ConstValue,
     DictValue,
+    FloatExprValue,
     FloatInputValue,
     ListValue,
     MethodValue,
@@ -54,6 +58,7 @@ from ..variables import (
     TupleValue,
     UserObjectValue,
     Value,
+    peek,
 )
 from .containers import SEQUENCE_OPS, is_sequence_op
 
@@ -81,6 +86,9 @@ def _const_attr(tx: Interpreter, obj: ConstValue, name: str) -> Value:
 
 @get_attr.register(ObjectValue)
 def _object_attr(tx: Interpreter, obj: ObjectValue, name: str) -> Value:
+    if name == "__get__" and isinstance(obj.value, types.FunctionType):
+        # A bound method-wrapper is a new object at every read: not guardable.
+        return MethodValue(obj, name)
     if obj.source is not None:
         written = tx.output.attr_writes.get((id(obj.value), name))
         if written is not None:
@@ -184,6 +192,8 @@ def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
     mutable = any(isinstance(a, (ListValue, DictValue)) for a in args)
     if target in SEQUENCE_OPS and mutable and is_sequence_op(args):
         return SEQUENCE_OPS[target](tx, *args)
+    if target in FLOAT_ARITHMETIC and _on_float_inputs(target, args, kwargs):
+        return FloatExprValue(target, tuple(args))
     if target in PURE_FUNCTIONS and _all_constant(args, kwargs):
         return fold(tx, target, args, kwargs)
     if target in SEQUENCE_OPS and is_sequence_op(args):
@@ -194,10 +204,37 @@ def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
         return tx.inline(fn, args, kwargs)
     if isinstance(target, functools.partial):
         return _call_partial(tx, fn, args, kwargs)
+    if isinstance(target, weakref.ref) and fn.source is not None and not args:
+        # A weak reference's referent, read through it (None once it died).
+        return tx.output.wrap(target(), ReferentSource(fn.source))
     raise tx.unsupported(
         f"calling {describe(target)}",
         "ember cannot trace into this callable; move it outside the compiled code",
     )
+
+
+# Arithmetic that stays unguarded on float inputs (``1 - lr * weight_decay``).
+FLOAT_ARITHMETIC = frozenset(
+    {
+        operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
+        operator.neg, operator.pos, operator.iadd, operator.isub, operator.imul,
+        operator.itruediv, operator.ipow,
+    }
+)  # fmt: skip
+
+
+def _on_float_inputs(target: Callable, args, kwargs) -> bool:
+    """Arithmetic of float inputs and numbers that gives a float."""
+    if kwargs or not any(isinstance(a, FloatInputValue) for a in args):
+        return False
+    if not all(
+        isinstance(a, ConstValue) and type(peek(a)) in (int, float) for a in args
+    ):
+        return False
+    try:
+        return type(target(*(peek(a) for a in args))) is float
+    except ArithmeticError:
+        return False  # folding raises it, as eager does
 
 
 def _call_partial(tx: Interpreter, fn: ObjectValue, args, kwargs) -> Value:
@@ -224,6 +261,11 @@ def _const_method(tx: Interpreter, obj: ConstValue, name: str, args, kwargs):
 
 @call_method.register(ObjectValue)
 def _object_method(tx: Interpreter, obj: ObjectValue, name: str, args, kwargs):
+    if name == "__get__" and isinstance(obj.value, types.FunctionType):
+        # ``func.__get__(obj, cls)``: the function bound to ``obj``.
+        if not args or is_none(args[0]):
+            return obj
+        return BoundFunctionValue(obj.value, args[0], obj.source)
     return call_object(tx, ObjectValue(getattr(obj.value, name)), args, kwargs)
 
 
@@ -265,6 +307,13 @@ def _rebuild_constant(out: Emitter, v: ConstValue) -> str:
 @rebuild.register(FloatInputValue)
 def _rebuild_float(out: Emitter, v: FloatInputValue) -> str:
     return out.read(v.source)  # still unguarded: pass it on as read
+
+
+@rebuild.register(FloatExprValue)
+def _rebuild_float_expr(out: Emitter, v: FloatExprValue) -> str:
+    # Still unguarded: the transformed code does the same arithmetic again.
+    operands = ", ".join(out.expr(o) for o in v.operands)
+    return f"{out.constant(v.op)}({operands})"
 
 
 @rebuild.register(ObjectValue)

@@ -16,6 +16,7 @@ from ..behaviour import (
     get_attr,
     get_item,
     iterate,
+    key,
     length,
     python_type,
     rebuild,
@@ -23,13 +24,14 @@ from ..behaviour import (
     set_item,
     truth,
 )
+from ..source import AttrSource
 from ..torch_ops import (
     TENSOR_AUTOGRAD_METHODS,
     TENSOR_META_ATTRS,
     TENSOR_META_METHODS,
     TENSOR_VIEW_ATTRS,
 )
-from ..variables import ConstValue, MethodValue, TensorValue, Value
+from ..variables import ConstValue, MethodValue, ObjectKey, TensorValue, Value
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -51,6 +53,8 @@ def _attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
         return ConstValue(t.device.type == name.removeprefix("is_"))
     if name in TENSOR_VIEW_ATTRS:
         return tx.output.call_tensor_op("call_function", getattr, (t, name), {})
+    if name == "grad":
+        return _grad(tx, t)
     if callable(getattr(torch.Tensor, name, None)):
         return MethodValue(t, name)
     if not hasattr(torch.Tensor, name):
@@ -58,6 +62,18 @@ def _attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
     raise tx.unsupported(
         f"reading tensor attribute {name!r}", "compute it outside the compiled code"
     )
+
+
+def _grad(tx: Interpreter, t: TensorValue) -> Value:
+    """``t.grad``: an input's gradient is another input (guarded, None
+    included); a tensor the graph computes is no leaf and has none."""
+    real = tx.output.real_tensor(t)
+    if real is None:
+        return ConstValue(None)
+    written = tx.output.attr_writes.get((id(real), "grad"))
+    if written is not None:
+        return written
+    return tx.output.wrap(real.grad, AttrSource(t.source, "grad"))
 
 
 @call_method.register(TensorValue)
@@ -89,7 +105,32 @@ def _set_attr(tx: Interpreter, t: TensorValue, name: str, value: Value) -> None:
     fresh = t.node.op == "call_function" and not t.node.all_input_nodes
     if name == "requires_grad" and fresh and constant(tx, value) is True:
         return
+    real = tx.output.real_tensor(t)
+    if name == "grad" and real is not None and _is_gradient(value, real):
+        tx.output.write_attr(t, name, value, owner=real)
+        return
     raise tx.unsupported(f"assigning attribute {name!r} of a tensor")
+
+
+def _is_gradient(value: Value, param: torch.Tensor) -> bool:
+    """What eager accepts as ``param.grad``: None, or a tensor of its shape
+    and dtype."""
+    if isinstance(value, ConstValue):
+        return value.value is None
+    return (
+        isinstance(value, TensorValue)
+        and value.meta.shape == param.shape
+        and value.meta.dtype == param.dtype
+    )
+
+
+@key.register(TensorValue)
+def _key(tx: Interpreter, t: TensorValue) -> ObjectKey:
+    """A tensor as a dict key (``optimizer.state[p]``): found by identity."""
+    real = tx.output.real_tensor(t)
+    if real is None:
+        raise tx.unsupported("a dict keyed by a tensor the function computes")
+    return ObjectKey(real, t, t.source)
 
 
 @truth.register(TensorValue)
