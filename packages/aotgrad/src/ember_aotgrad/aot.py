@@ -47,6 +47,7 @@ def aot_compile(
     inputs = list(example_inputs)
     if not needs_backward(inputs):
         traced = trace(gm, inputs, table)
+        _mark_input_updates(traced.gm, traced.layout)
         return CompiledAot(traced.layout, fw_compiler(traced.gm, inputs), gm)
     traced = trace(gm, inputs, table, joint=True)
     layout = traced.layout
@@ -60,4 +61,20 @@ def aot_compile(
         len(inputs),
         trace_device(inputs),
     )
+    _mark_input_updates(part.forward, layout)
     return CompiledAot(layout, fw_compiler(part.forward, inputs), gm, plan, part)
+
+
+# The forward graph's meta entry naming its in-place updates of inputs.
+INPUT_UPDATES = "input_updates"
+
+
+def _mark_input_updates(forward: torch.fx.GraphModule, layout) -> None:
+    """``forward.meta["input_updates"]``: (output index, input index) for each
+    output that is the new value of an input written in place. The runtime
+    wrapper copies it into that input afterwards, so a compiler may write it
+    there directly and return the input itself (docs/aotgrad.md)."""
+    first = layout.num_user_outputs
+    forward.meta[INPUT_UPDATES] = tuple(
+        (first + k, i) for k, i in enumerate(layout.mutated_inputs)
+    )

@@ -137,7 +137,9 @@ class CompiledAot:
         if self._must_run_eagerly(inputs):
             out = self.eager(*inputs)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        if self.backward_plan is not None and torch.is_grad_enabled():
+        plan = self.backward_plan
+        if plan is not None and plan.tangent_outputs and torch.is_grad_enabled():
+            # (No output to differentiate, as an optimizer step: no autograd node.)
             outs = AotFunction.apply(self, *inputs)
         else:
             outs = self.forward(*inputs)
@@ -145,7 +147,8 @@ class CompiledAot:
         if self.layout.mutated_inputs:
             with torch.no_grad():
                 for k, i in enumerate(self.layout.mutated_inputs):
-                    inputs[i].copy_(outs[num_user + k])
+                    if outs[num_user + k] is not inputs[i]:  # else written there
+                        inputs[i].copy_(outs[num_user + k])
         return tuple(
             self._user_output(spec, outs, inputs) for spec in self.layout.outputs
         )
@@ -182,7 +185,11 @@ class CompiledAot:
 
 
 def _shares_memory(inputs: tuple, mutated: tuple[int, ...]) -> bool:
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     written = {inputs[i].untyped_storage().data_ptr() for i in mutated}
-    seen = [t.untyped_storage().data_ptr() for t in tensors]
-    return any(seen.count(ptr) > 1 for ptr in written)
+    if len(written) < len(mutated):
+        return True
+    held = 0  # tensors whose memory a written input also holds
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in written:
+            held += 1
+    return held > len(mutated)

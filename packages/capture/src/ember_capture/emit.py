@@ -71,7 +71,7 @@ class Emitter:
         autocast.enclose(
             graph, self.output.initial_autocast, torch.is_autocast_cache_enabled()
         )
-        graph.output(tuple(self._outputs))
+        graph.output(tuple(self._returned(graph)))
         name = re.sub(r"\W", "_", f"{self.fn.__name__}_graph")
         gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=name)
         code = self.fn.__code__
@@ -89,6 +89,21 @@ class Emitter:
         inputs = ", ".join(self.read(s) for s in self.output.input_sources)
         self.body.append(f"{GRAPH_OUT} = {GRAPH_NAME}({inputs})")
         log.debug("captured %s:\n%s", self.fn.__qualname__, gm.code)
+
+    def _returned(self, graph: torch.fx.Graph) -> list[torch.fx.Node]:
+        """The output nodes; after a backward in the graph, those that require
+        grad detached: their autograd history is spent, as eager's is after
+        ``loss.backward()`` (eager would refuse a second backward through it)."""
+        if not self.output.ran_backward:
+            return list(self._outputs)
+        returned = []
+        for node in self._outputs:
+            example = node.meta.get("example_value")
+            if isinstance(example, torch.Tensor) and example.requires_grad:
+                node = graph.call_method("detach", (node,))
+                node.meta["example_value"] = example.detach()
+            returned.append(node)
+        return returned
 
     def set_grad_mode(self, enabled: bool) -> None:
         """Leave grad mode as the function does here: a graph run by aotgrad's

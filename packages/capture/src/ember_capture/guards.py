@@ -33,6 +33,7 @@ class GuardKind(enum.Enum):
     KEY_NOT_IN = "key_not_in"  # a builtin read: no module global shadows it
     # a dict keyed by tensors (an optimizer's state): its keys, by identity
     KEYS_ARE = "keys_are"
+    NO_GRAD_HOOKS = "no_grad_hooks"  # a leaf a backward in the graph writes .grad of
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, deterministic flag
 
 
@@ -133,6 +134,8 @@ class Guard:
                 return f"{where} is {self.expected.name()}"
             case GuardKind.KEY_NOT_IN:
                 return f"{self.expected!r} not in {where}"
+            case GuardKind.NO_GRAD_HOOKS:
+                return f"{where} has no gradient hooks"
             case GuardKind.KEYS_ARE:
                 return f"{where} are the same {len(self.expected)} objects"
             case GuardKind.GLOBAL_STATE:
@@ -190,6 +193,11 @@ def _same_objects(values: object, expected: tuple) -> bool:
     return len(values) == len(expected) and all(
         a is b for a, b in zip(values, expected)
     )
+
+
+def tensor_has_no_grad_hooks(t: torch.Tensor) -> bool:
+    """True when a backward accumulating into ``t.grad`` runs no hook of ``t``."""
+    return not t._backward_hooks and not getattr(t, "_post_accumulate_grad_hooks", None)
 
 
 def module_has_no_hooks(module: torch.nn.Module) -> bool:
@@ -255,6 +263,10 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
         "{e} not in {v}",
         lambda v, e: f"a module global {e!r} now shadows the builtin",
     ),
+    GuardKind.NO_GRAD_HOOKS: (
+        "___no_grad_hooks({v})",
+        lambda v, e: "a gradient hook was registered",
+    ),
     GuardKind.KEYS_ARE: (
         "___same_objects({v}, {e})",
         lambda v, e: f"its keys changed ({len(e)} before, {len(v)} now, or others)",
@@ -318,6 +330,7 @@ class GuardChecker:
             "___no_hooks": module_has_no_hooks,
             "___only_forward_hooks": module_has_only_forward_hooks,
             "___same_objects": _same_objects,
+            "___no_grad_hooks": tensor_has_no_grad_hooks,
             **_MODULES,
         }
         terms = []

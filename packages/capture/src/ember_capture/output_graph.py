@@ -41,6 +41,7 @@ from .source import (
     EntrySource,
     FloatTensorSource,
     ItemSource,
+    KeyedSource,
     KeySource,
     KeysSource,
     LenSource,
@@ -135,6 +136,9 @@ class OutputGraph:
         # ``ember_recompute`` (the backward recomputes them instead of saving them).
         self.checkpoint_depth = 0
         self.meta_keys: set[str] = set()  # meta_memo entries this capture used
+        # A backward ran in the graph (kinds/backward.py): the autograd history
+        # of what it returns is spent, as eager's is after backward.
+        self.ran_backward = False
 
     # -- values from the frame -------------------------------------------------
 
@@ -187,7 +191,7 @@ class OutputGraph:
                     Guard(GuardKind.EQUALS_MATCH, KeysSource(source), (list, keys))
                 )
             items = {
-                k: self.wrap(value[real], _entry_source(source, i, real))
+                k: self.wrap(value[real], self._entry_source(source, i, real))
                 for i, (k, real) in enumerate(zip(keys, real_keys))
             }
             factory = None
@@ -229,6 +233,17 @@ class OutputGraph:
             "pass tensors or Python constants, or keep this object outside the "
             "compiled function",
         )
+
+    def _entry_source(self, source: Source, position: int, key: object) -> Source:
+        """Where a dict's entry is read: by its key; a tensor key by the graph
+        input it already is (one lookup), else by position (the keys are
+        guarded in order either way)."""
+        known = (
+            self._inputs_by_id.get(id(key)) if isinstance(key, torch.Tensor) else None
+        )
+        if known is not None:
+            return KeyedSource(source, known.source)
+        return _entry_source(source, position, key)
 
     def _guard_value(self, source: Source, value: object) -> None:
         self.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (type(value), value)))
@@ -286,6 +301,10 @@ class OutputGraph:
             name = f"{base}_{count}"
             count += 1
         return self.graph.placeholder(name)
+
+    def input_value(self, node: torch.fx.Node) -> TensorValue:
+        """The value of graph input ``node``."""
+        return self._inputs_by_id[id(self._real_inputs[node])]
 
     def real_tensor(self, t: TensorValue) -> torch.Tensor | None:
         """The caller's tensor behind graph input ``t`` (None for a tensor the
@@ -428,6 +447,18 @@ class OutputGraph:
         if self.checkpoint_depth:
             node.meta["ember_recompute"] = True
         return self._unpack_result(node, result, device, kind, target)
+
+    def call_with_example(
+        self, target: Any, args: tuple, kwargs: dict, example: object
+    ) -> Value:
+        """A ``call_function`` node whose example output the caller computed:
+        for a call no meta kernel runs (``torch.autograd.grad``)."""
+        node_args, node_kwargs = _plain((args, kwargs), _node_of)
+        node = self.graph.call_function(target, node_args, node_kwargs)
+        filename, lineno = self.location()
+        node.meta["user_loc"] = f"{filename}:{lineno}"
+        device = _result_device(args, kwargs, "call_function", target)
+        return self._unpack_result(node, example, device, "call_function", target)
 
     def _run_on_meta(self, kind, target, meta_args, meta_kwargs, devices) -> object:
         """The op's example output: replayed from the memo when it has an entry

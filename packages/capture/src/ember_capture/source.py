@@ -254,6 +254,24 @@ class KeysSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class KeyedSource(Source):
+    """``base[key]`` for a key read from another source: a dict keyed by
+    tensors (an optimizer's state), looked up by the parameter itself."""
+
+    base: Source
+    key: Source
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.key.name()}]"
+
+    def code(self) -> str:
+        return f"{self.base.code()}[{self.key.code()}]"
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}[{self.key.expr()}]"
+
+
+@dataclass(frozen=True, slots=True)
 class ReferentSource(Source):
     """``base()``: the object a weak reference read from ``base`` refers to."""
 

@@ -26,7 +26,7 @@ from .cpp import emit_source
 from .cpp_wrapper import emit_cpp_wrapper
 from .locations import graph_locations
 from .lowering import c_name, lower_graph
-from .memory import plan_memory
+from .memory import plan_memory, write_in_place
 from .scheduler import Kernel, schedule
 from .wrapper import emit_wrapper
 
@@ -88,7 +88,11 @@ def compile_graph(
     lowered = lower_graph(gm, example_inputs)
     plan_input = schedule(lowered)
     outputs = {n for n in lowered.outputs if n}
-    plan = plan_memory(plan_input, lowered.specs, outputs)
+    plan = plan_memory(plan_input, lowered.specs, outputs, _updates(gm, lowered))
+    plan_input.steps = [
+        write_in_place(s, plan.in_place) if isinstance(s, Kernel) else s
+        for s in plan_input.steps
+    ]
     kernels = [s for s in plan_input.steps if isinstance(s, Kernel)]
     strides = {name: spec.strides for name, spec in lowered.specs.items()}
     cpp_source = emit_source(kernels, strides, title) if kernels else ""
@@ -105,6 +109,24 @@ def compile_graph(
         locations,
         signer,
     )
+
+
+# The graph meta entry listing (output index, input index) pairs: the output
+# is the input's new value, which the caller copies into it (ember_aotgrad's
+# forward graphs carry it; docs/codegen.md, "Inputs updated in place").
+INPUT_UPDATES = "input_updates"
+
+
+def _updates(gm: torch.fx.GraphModule, lowered) -> dict[str, str]:
+    """Output buffer -> input name, for the updates ``gm`` declares."""
+    pairs = gm.meta.get(INPUT_UPDATES, ())
+    updates = {}
+    for out, inp in pairs:
+        name = lowered.outputs[out]
+        # An output listed twice (an input's value returned, too) stays fresh.
+        if name and lowered.outputs.count(name) == 1 and name not in lowered.inputs:
+            updates[name] = lowered.inputs[inp]
+    return updates
 
 
 def _plain_name(name: str) -> bool:

@@ -92,6 +92,7 @@ def emit_kernel(
     params = [
         f"const {C_TYPES[_dtype_of(kernel, name)]}* __restrict__ {name}"
         for name in kernel.reads
+        if name not in kernel.stored  # (an input updated in place: one pointer)
     ]
     params += [
         f"{C_TYPES[s.dtype]}* __restrict__ {s.name}"
@@ -107,10 +108,7 @@ def emit_kernel(
     if checked:
         lines.append("  int ember_oob = 0;")
     outer = kernel.outer
-    work = sum(
-        numel(s.sizes) * numel(getattr(s, "reduce_sizes", ())) for s in kernel.stages
-    )
-    parallel = work >= PARALLEL_MIN_WORK
+    parallel = sum(_work(s) for s in kernel.stages) >= PARALLEL_MIN_WORK
     scope = Scope({}, strides)
     stages = _store_once(kernel, scope)
     columns = None if checked else column_reductions(kernel, scope, "  ", parallel)
@@ -134,8 +132,11 @@ def emit_kernel(
         if isinstance(stage, Scan):
             lines += _scan(stage, scope, indent, parallel)
             continue
+        # Without outer loops each stage is its own loop: a small one (an
+        # optimizer's update of one bias, beside bigger ones) runs on this thread.
+        own_team = parallel and not outer and _work(stage) >= PARALLEL_MIN_WORK
         if isinstance(stage, Pointwise):
-            lines += _pointwise(stage, kernel, scope, indent, parallel and not outer)
+            lines += _pointwise(stage, kernel, scope, indent, own_team)
             continue
         group = [stage]
         while (
@@ -154,7 +155,9 @@ def emit_kernel(
             kernel,
             scope,
             indent,
-            threads=parallel and not outer,
+            threads=parallel
+            and not outer
+            and sum(map(_work, group)) >= PARALLEL_MIN_WORK,
             prefetch=prefetch if loops == 2 else (),
         )
     for _ in outer:
@@ -164,6 +167,11 @@ def emit_kernel(
         lines.append("  return ember_oob;")
     lines.append("}")
     return "\n".join(lines)
+
+
+def _work(stage) -> int:
+    """Elements a stage visits: its outputs, times the reduced ones."""
+    return numel(stage.sizes) * numel(getattr(stage, "reduce_sizes", ()))
 
 
 def _dtype_of(kernel: Kernel, name: str) -> torch.dtype:

@@ -102,10 +102,14 @@ def emit_cpp_wrapper(
     body: list[str] = []
     if guard:
         body += [f"if not ({guard}):", f"    return fallback({', '.join(params)})"]
+    # Outputs a kernel writes into the input they update (the same tensor).
+    body += [f"{out} = {inp}  # updated in place" for out, inp in plan.in_place.items()]
     kernels: list[KernelInfo] = []
     for s, step in enumerate(schedule.steps):
         if isinstance(step, Kernel):
             for name in sorted(step.stored):
+                if name in given:
+                    continue  # an input the kernel updates in place
                 body += _allocate(
                     plan.allocations[name], specs[name], name in tensor_needed
                 )
@@ -157,8 +161,10 @@ def emit_cpp_wrapper(
 
 
 def _kernel_args(step: Kernel) -> list[str]:
-    """The buffers a kernel takes, in parameter order: reads, then stores."""
-    return list(step.reads) + [s.name for s in step.stages if s.name in step.stored]
+    """The buffers a kernel takes, in parameter order: reads, then stores (an
+    input it updates in place is taken once, as a store)."""
+    reads = [n for n in step.reads if n not in step.stored]
+    return reads + [s.name for s in step.stages if s.name in step.stored]
 
 
 def _ops(origin: tuple[str, ...]) -> tuple[str, ...]:

@@ -121,6 +121,15 @@ def _pow(lo: Lowerer, a, exponent):
     return elementwise(lo, lambda x: call("pow", x, constant(exponent, x.dtype)), a)
 
 
+@register(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow_tensor(lo: Lowerer, base, exponent):
+    # A tensor exponent (an optimizer's beta ** step): std::pow per element, as
+    # torch's kernel computes it outside its vectorized loop.
+    if not _out(lo).dtype.is_floating_point:
+        raise Unsupported
+    return elementwise(lo, lambda x, y: call("pow", x, y), base, exponent)
+
+
 # --- unary math ------------------------------------------------------------------
 
 _FLOAT_UNARY = {

@@ -1,16 +1,19 @@
 """Memory planning: when each buffer is allocated and freed, and which dead
 buffer's memory a new one takes. Fused intermediates never reach this stage
-(the scheduler gave them no buffer); graph outputs always get fresh memory.
+(the scheduler gave them no buffer); graph outputs get fresh memory, except
+the new value of an input updated in place, which a kernel may write into the
+input itself (``in_place``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .ir import Extern, TensorSpec, refs
+from .indexing import var
+from .ir import Extern, Load, Pointwise, TensorSpec, node_loads, refs
 from .lowering import returns_view
-from .scheduler import Kernel, Schedule
+from .scheduler import AliasView, Kernel, Schedule, inline_loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,9 @@ class MemoryPlan:
     allocations: dict[str, Allocation] = field(default_factory=dict)
     frees: dict[int, list[str]] = field(default_factory=dict)  # step -> names to del
     reused: int = 0  # how many allocations took a dead buffer's memory
+    # Output -> the input whose memory its kernel writes it into (the caller
+    # copies that output into that input anyway: an update in place).
+    in_place: dict[str, str] = field(default_factory=dict)
 
 
 # Below this size a fresh tensor from torch's allocator costs less than viewing a
@@ -53,10 +59,15 @@ def _step_uses(step) -> list[str]:
 
 
 def plan_memory(
-    schedule: Schedule, specs: dict[str, TensorSpec], outputs: set[str]
+    schedule: Schedule,
+    specs: dict[str, TensorSpec],
+    outputs: set[str],
+    updates: dict[str, str] | None = None,
 ) -> MemoryPlan:
     """Reuse the memory of dead buffers for later kernel buffers of fitting size;
-    free every other intermediate right after its last use."""
+    free every other intermediate right after its last use. ``updates`` maps
+    an output to the input it is the new value of: where nothing reads that
+    input after the output's element is written, the output is written there."""
     base = {name: view.base for name, view in schedule.views.items()}
     forever = math.inf
     last_use: dict[str, float] = {}
@@ -88,7 +99,11 @@ def plan_memory(
                     if stage.name not in outputs
                     else []
                 )
-                if fits:
+                target = (updates or {}).get(stage.name)
+                if target and _updates_in_place(schedule, s, stage, target, specs):
+                    plan.allocations[stage.name] = Allocation(stage.name, target)
+                    plan.in_place[stage.name] = target
+                elif fits:
                     chosen = min(fits)
                     free.remove(chosen)
                     donors.add(chosen[1])
@@ -112,6 +127,56 @@ def plan_memory(
         if name in plan.allocations or isinstance(schedule.buffers[name], Extern):
             plan.frees.setdefault(int(when), []).append(name)
     return plan
+
+
+def _updates_in_place(
+    schedule: Schedule, at: int, stage, target: str, specs: dict[str, TensorSpec]
+) -> bool:
+    """Whether the kernel at step ``at`` may store ``stage`` into input
+    ``target``'s memory: same layout, every element in its own place, and
+    every read of ``target`` before the write of its element: in the same
+    loop at the same index, or in an earlier loop of the kernel."""
+    spec = specs[target]
+    if not isinstance(stage, Pointwise) or specs[stage.name] != spec:
+        return False
+    if nbytes(spec) != math.prod(spec.sizes) * spec.dtype.itemsize:
+        return False  # overlapping or gapped memory: one write, several elements
+    for s, step in enumerate(schedule.steps):
+        if isinstance(step, AliasView) and step.base == target:
+            return False
+        if s > at and target in _step_uses(step):
+            return False
+    kernel = schedule.steps[at]
+    own = tuple(var(f"i{d}", size) for d, size in enumerate(stage.sizes))
+    position = kernel.stages.index(stage)
+    for j, other in enumerate(kernel.stages):
+        for ld in node_loads(other):
+            if ld.name == target and (j > position or ld.index != own):
+                return False
+    return True
+
+
+def write_in_place(kernel: Kernel, in_place: dict[str, str]) -> Kernel:
+    """``kernel`` storing each output it updates in place under its input's
+    name, and reading it there: its function takes one pointer for both, so
+    every pointer stays ``__restrict__``."""
+    moved = {out: inp for out, inp in in_place.items() if out in kernel.stored}
+    if not moved:
+        return kernel
+    aliases = {}
+    for stage in kernel.stages:
+        if stage.name in moved:
+            own = tuple(var(f"i{d}", n) for d, n in enumerate(stage.sizes))
+            target = Load(moved[stage.name], own, stage.dtype)
+            aliases[stage.name] = Pointwise(
+                stage.name, stage.sizes, stage.dtype, target, ()
+            )
+    stages = []
+    for stage in kernel.stages:
+        stage = inline_loads(stage, aliases)
+        stages.append(replace(stage, name=moved.get(stage.name, stage.name)))
+    stored = frozenset(moved.get(n, n) for n in kernel.stored)
+    return replace(kernel, stages=tuple(stages), stored=stored)
 
 
 def _defined(step) -> list[str]:

@@ -168,6 +168,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         if (
             node.name in needs_tensor
             and isinstance(node, Pointwise)
+            and node.view  # (a copy computes its value: its source needs no memory)
             and isinstance(node.expr, Load)
             and not any(indirect_terms(i) for i in node.expr.index)
             and isinstance(by_name.get(node.expr.name), Pointwise)
@@ -190,7 +191,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         through_copy = isinstance(node, Pointwise) and (
             not node.view or any(ld.name in copied for ld in loads(node.expr))
         )
-        node = _inline_node(node, inlined)
+        node = inline_loads(node, inlined)
         if isinstance(node, (Reduction, Scatter, Scan)):
             compute.append(node)
             realized.add(node.name)
@@ -221,8 +222,9 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     return _group(compute, views, outputs, lowered)
 
 
-def _inline_node(node: Stage, inlined: dict[str, Pointwise]) -> Stage:
-    """``node`` with the inlined nodes it reads substituted, and their origin."""
+def inline_loads(node: Stage, inlined: dict[str, Pointwise]) -> Stage:
+    """``node`` with the inlined nodes it reads substituted, and their origin
+    (memory planning uses it to rename a buffer a kernel reads)."""
     origin = _origin(node, inlined)
     if isinstance(node, Scatter):
         return replace(

@@ -490,7 +490,9 @@ def new_empty_strided(x, size, stride, **kwargs):
 def copy(x, src, non_blocking=False):
     if src.dtype != x.dtype or src.device != x.device:
         src = aten._to_copy.default(src, dtype=x.dtype, device=x.device)
-    return aten.clone.default(aten.expand.default(src, list(x.shape)))
+    if src.shape != x.shape:  # (an expand to the same shape would make a view
+        src = aten.expand.default(src, list(x.shape))  # a compiler must store)
+    return aten.clone.default(src)
 
 
 @register_decomposition(aten.fill.Scalar)

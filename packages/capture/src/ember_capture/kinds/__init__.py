@@ -7,6 +7,7 @@ kind is a class in variables.py and its answers here, next to each other.
 
 from . import (  # noqa: F401 - each module registers its kinds
     autograd_functions,
+    backward,
     callables,
     checkpoints,
     containers,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -54,7 +55,9 @@ def _attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
     if name in TENSOR_VIEW_ATTRS:
         return tx.output.call_tensor_op("call_function", getattr, (t, name), {})
     if name == "grad":
-        return _grad(tx, t)
+        return read_grad(tx, t)
+    if name == "grad_fn" and not t.meta.requires_grad:
+        return ConstValue(None)  # no history without grad (guarded with the tensor)
     if callable(getattr(torch.Tensor, name, None)):
         return MethodValue(t, name)
     if not hasattr(torch.Tensor, name):
@@ -64,7 +67,7 @@ def _attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
     )
 
 
-def _grad(tx: Interpreter, t: TensorValue) -> Value:
+def read_grad(tx: Interpreter, t: TensorValue) -> Value:
     """``t.grad``: an input's gradient is another input (guarded, None
     included); a tensor the graph computes is no leaf and has none."""
     real = tx.output.real_tensor(t)
@@ -76,9 +79,15 @@ def _grad(tx: Interpreter, t: TensorValue) -> Value:
     return tx.output.wrap(real.grad, AttrSource(t.source, "grad"))
 
 
+# Tensor methods with a meaning of their own (``backward``: kinds/backward.py).
+TENSOR_METHOD_HANDLERS: dict[str, Callable[..., Value]] = {}
+
+
 @call_method.register(TensorValue)
 def _method(tx: Interpreter, t: TensorValue, name: str, args, kwargs) -> Value:
-    if name == "requires_grad_" and _already_requires_grad(tx, t, args, kwargs):
+    if name in TENSOR_METHOD_HANDLERS:
+        return TENSOR_METHOD_HANDLERS[name](tx, t, args, kwargs)
+    if name == "requires_grad_" and _already_set(tx, t, args, kwargs):
         return t  # a no-op, as in eager (transformers' input-grads hook)
     if name in TENSOR_AUTOGRAD_METHODS:
         raise tx.unsupported(*TENSOR_AUTOGRAD_METHODS[name])
@@ -89,11 +98,14 @@ def _method(tx: Interpreter, t: TensorValue, name: str, args, kwargs) -> Value:
     return tx.output.call_tensor_op("call_method", name, (t, *args), kwargs)
 
 
-def _already_requires_grad(tx: Interpreter, t: TensorValue, args, kwargs) -> bool:
-    """``t.requires_grad_(True)`` on a tensor that requires grad already (and is
-    not a leaf of the graph's making): nothing changes."""
+def _already_set(tx: Interpreter, t: TensorValue, args, kwargs) -> bool:
+    """``t.requires_grad_(flag)`` that changes nothing: True on a tensor that
+    requires grad already (and is not a leaf of the graph's making), False on
+    one that does not (``zero_grad(set_to_none=False)`` on a gradient)."""
     flag = args[0] if args else kwargs.get("requires_grad", ConstValue(True))
-    return bool(constant(tx, flag)) and t.meta.requires_grad and torch.is_grad_enabled()
+    if not constant(tx, flag):
+        return not t.meta.requires_grad
+    return t.meta.requires_grad and torch.is_grad_enabled()
 
 
 @set_attr.register(TensorValue)

@@ -1,0 +1,106 @@
+"""Training code, side by side in one process: an AdamW step over the demo
+block's parameters (eager foreach, ember, torch.compile of ``opt.step``) and a
+whole training step of the demo block (eager; ember's one compiled entry with
+forward, backward, step and zero_grad; torch.compile of the model with eager
+backward and step). Steady-state medians, compile time apart; ratios are eager
+time / compiled time.
+
+    python benchmarks/training_bench.py [--repeats N] [--no-reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+from timing import first_call_seconds, steady_ms
+
+import ember
+from ember.demo import Block
+
+BATCH, SEQ, DIM = 8, 32, 64
+
+
+def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = Block(DIM)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    return model, optimizer
+
+
+def _with_gradients() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model, optimizer = _model_and_optimizer()
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    return model, optimizer
+
+
+def train_step(model, optimizer, x, target):
+    loss = F.mse_loss(model(x), target)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.detach()
+
+
+def _row(name: str, eager_ms: float, ember_ms: float, ember_s: float, ref) -> str:
+    row = (
+        f"{name:38} eager {eager_ms:7.3f} ms | ember {ember_ms:7.3f} ms "
+        f"({eager_ms / ember_ms:4.2f}x, compile {ember_s:5.2f} s)"
+    )
+    if ref is not None:
+        ref_ms, ref_s = ref
+        row += f" | torch.compile {ref_ms:7.3f} ms ({eager_ms / ref_ms:4.2f}x, "
+        row += f"compile {ref_s:5.2f} s)"
+    return row
+
+
+def optimizer_step(repeats: int, reference: bool) -> str:
+    _, eager = _with_gradients()
+    eager_ms = steady_ms(eager.step, (), repeats)
+    _, opt = _with_gradients()
+    compiled = ember.compile(opt.step)
+    ember_s = first_call_seconds(compiled, ()) + first_call_seconds(compiled, ())
+    ember_ms = steady_ms(compiled, (), repeats)
+    ref = None
+    if reference:
+        _, ref_opt = _with_gradients()
+        ref_step = torch.compile(ref_opt.step)
+        ref_s = first_call_seconds(ref_step, ()) + first_call_seconds(ref_step, ())
+        ref = (steady_ms(ref_step, (), repeats), ref_s)
+    return _row("AdamW step, demo block parameters", eager_ms, ember_ms, ember_s, ref)
+
+
+def whole_step(repeats: int, reference: bool) -> str:
+    x = torch.randn(BATCH, SEQ, DIM)
+    target = torch.randn(BATCH, SEQ, DIM)
+    eager_ms = steady_ms(train_step, (*_model_and_optimizer(), x, target), repeats)
+    args = (*_model_and_optimizer(), x, target)
+    compiled = ember.compile(train_step)
+    ember_s = first_call_seconds(compiled, args) + first_call_seconds(compiled, args)
+    ember_ms = steady_ms(compiled, args, repeats)
+    ref = None
+    if reference:
+        model, opt = _model_and_optimizer()
+        ref_args = (torch.compile(model), opt, x, target)
+        ref_s = first_call_seconds(train_step, ref_args)
+        ref_s += first_call_seconds(train_step, ref_args)
+        ref = (steady_ms(train_step, ref_args, repeats), ref_s)
+    name = f"training step, demo block ({BATCH}, {SEQ}, {DIM})"
+    return _row(name, eager_ms, ember_ms, ember_s, ref)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--no-reference", action="store_true")
+    args = parser.parse_args()
+    reference = not args.no_reference
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(optimizer_step(args.repeats, reference))
+    print(whole_step(args.repeats, reference))
+
+
+if __name__ == "__main__":
+    main()
