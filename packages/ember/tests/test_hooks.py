@@ -37,3 +37,25 @@ def test_backward_hooks_keep_the_module_eager():
     torch.testing.assert_close(compiled(x), model(x))
     assert compiled._compiled_call is None
     assert compiled._compiled_forward.dispatcher.counters.compiles == 0
+
+
+class Densify(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x.to_dense())
+
+
+def test_a_hooked_module_capture_refuses_runs_eagerly_once():
+    """A sparse input refuses the capture: the hooked call runs eagerly, and
+    its own call of the module is not routed back to the compiled module (an
+    FSDP2 module, whose parameters capture refuses, took that path)."""
+    model = Densify()
+    calls = []
+    model.register_forward_hook(lambda m, args, out: calls.append(1) or out * 2)
+    compiled = ember.compile(model)
+    x = torch.randn(3, 4).to_sparse()
+    torch.testing.assert_close(compiled(x), model.fc(x.to_dense()) * 2)
+    assert calls == [1]

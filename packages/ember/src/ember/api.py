@@ -318,8 +318,11 @@ _HOOK_DICTS = (
 
 def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     """Calls ``module`` as Python does, hooks and all: what a compiled module
-    with forward hooks compiles."""
-    return module(*args, **kwargs)
+    with forward hooks compiles. Spelled as nn.Module's own ``__call__`` (torch's
+    function): where capture refuses the call and it runs eagerly, its call
+    sites are routed to compiled code, and ``module(...)`` would reach this
+    compiled module again, without end."""
+    return torch.nn.Module.__call__(module, *args, **kwargs)
 
 
 def _has_hooks(module: torch.nn.Module) -> bool:
