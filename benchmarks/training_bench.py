@@ -2,17 +2,25 @@
 block's parameters (eager foreach, ember, torch.compile of ``opt.step``) and a
 whole training step of the demo block (eager; ember's one compiled entry with
 forward, backward, step and zero_grad; torch.compile of the model with eager
-backward and step). Steady-state medians, compile time apart; ratios are eager
-time / compiled time.
+backward and step); then a two-process DDP training step of the demo block on
+gloo (eager DDP, DDP around ``ember.compile(model)``), one thread per process.
+Steady-state medians, compile time apart; ratios are eager time / compiled time.
 
-    python benchmarks/training_bench.py [--repeats N] [--no-reference]
+    python benchmarks/training_bench.py [--repeats N] [--no-reference] [--no-ddp]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+import statistics
+import tempfile
+import time
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 from timing import first_call_seconds, steady_ms
 
@@ -91,15 +99,60 @@ def whole_step(repeats: int, reference: bool) -> str:
     return _row(name, eager_ms, ember_ms, ember_s, ref)
 
 
+def _ddp_worker(rank: int, port: int, repeats: int, out: str) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    x = torch.randn(BATCH, SEQ, DIM)
+    target = torch.randn(BATCH, SEQ, DIM)
+    times = {}
+    for name in ("eager", "ember"):
+        model, _ = _model_and_optimizer()
+        wrapped = DDP(ember.compile(model) if name == "ember" else model)
+        opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3, foreach=True)
+        step_times = []
+        for i in range(repeats + 3):
+            dist.barrier()
+            start = time.perf_counter()
+            train_step(wrapped, opt, x, target)
+            if i >= 3:
+                step_times.append(time.perf_counter() - start)
+        times[name] = statistics.median(step_times) * 1e3
+    if rank == 0:
+        torch.save(times, out)
+    dist.destroy_process_group()
+
+
+def ddp_step(repeats: int) -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "times.pt")
+        mp.spawn(_ddp_worker, args=(port, repeats, out), nprocs=2, join=True)
+        times = torch.load(out)
+    eager_ms, ember_ms = times["eager"], times["ember"]
+    return (
+        f"{'DDP step, 2 processes, demo block':38} eager {eager_ms:7.3f} ms | "
+        f"ember {ember_ms:7.3f} ms ({eager_ms / ember_ms:4.2f}x, DDP around "
+        "ember.compile(model))"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--no-ddp", action="store_true")
     args = parser.parse_args()
     reference = not args.no_reference
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(optimizer_step(args.repeats, reference))
     print(whole_step(args.repeats, reference))
+    if not args.no_ddp:
+        print(ddp_step(min(args.repeats, 50)))
 
 
 if __name__ == "__main__":

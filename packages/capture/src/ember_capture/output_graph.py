@@ -124,6 +124,7 @@ class OutputGraph:
         self._inputs_by_source: dict[Source, TensorValue] = {}
         self._inputs_by_id: dict[int, TensorValue] = {}  # inputs stay alive: ids hold
         self._real_inputs: dict[torch.fx.Node, torch.Tensor] = {}
+        self._placeholder_names: set[str] = set()
         self._float_tensors: dict[tuple[int, torch.dtype], tuple[Value, Value]] = {}
         self.side_effects: list[SideEffect] = []
         # Writes seen so far, read back by later reads in the same capture.
@@ -295,11 +296,11 @@ class OutputGraph:
         """A graph input named after ``source`` (numbered when two sources
         read alike: entries of a dict keyed by tensors of one size)."""
         base = name = _placeholder_name(source)
-        taken = {n.name for n in self.graph.nodes if n.op == "placeholder"}
         count = 1
-        while name in taken:
+        while name in self._placeholder_names:
             name = f"{base}_{count}"
             count += 1
+        self._placeholder_names.add(name)
         return self.graph.placeholder(name)
 
     def input_value(self, node: torch.fx.Node) -> TensorValue:

@@ -110,10 +110,11 @@ def _already_set(tx: Interpreter, t: TensorValue, args, kwargs) -> bool:
 
 @set_attr.register(TensorValue)
 def _set_attr(tx: Interpreter, t: TensorValue, name: str, value: Value) -> None:
-    """Only ``t.requires_grad = True`` on a tensor the function made from no
-    tensor (T5's zero position bias under gradient checkpointing): a graph
-    input or a parameter feeds whatever uses it, so gradients flow as in eager;
-    only ``t.grad`` itself, which nothing in the graph reads, is not filled."""
+    """Two writes: ``t.requires_grad = True`` on a tensor the function made
+    from no tensor (T5's zero position bias under gradient checkpointing: a
+    graph input or a parameter feeds whatever uses it, so gradients flow as in
+    eager), and ``t.grad = g`` on a graph input (None or a tensor of its shape
+    and dtype: ``zero_grad()``, a backward in the graph), replayed after it."""
     fresh = t.node.op == "call_function" and not t.node.all_input_nodes
     if name == "requires_grad" and fresh and constant(tx, value) is True:
         return
