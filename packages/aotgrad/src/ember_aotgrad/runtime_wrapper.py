@@ -124,6 +124,9 @@ class CompiledAot:
     eager: torch.fx.GraphModule
     backward_plan: BackwardPlan | None = None
     partition: Partition | None = None  # for inspection: what the forward saves
+    # False when the caller's own guards check every tensor input's
+    # requires_grad (ember's do): the per-call re-check is then skipped.
+    check_inputs: bool = True
 
     def __call__(self, *inputs):
         # The traced graphs hold autocast's casts as ops; the caller's autocast
@@ -157,7 +160,7 @@ class CompiledAot:
         # The graphs give gradients only to the inputs that required grad when they
         # were traced, and a graph that writes to an input assumed that no other
         # input shares its memory.
-        if torch.is_grad_enabled():
+        if self.check_inputs and torch.is_grad_enabled():
             plan = self.backward_plan
             has_grad = () if plan is None else plan.grad_inputs
             for i, t in enumerate(inputs):

@@ -184,6 +184,7 @@ class _CachedAotBackend:
                 compiled = ember_aotgrad.aot_compile(
                     gm, example_inputs, forward, backward
                 )
+            compiled.check_inputs = False  # the guards check requires_grad
         except ember_aotgrad.AotGradError as e:
             # The torch-level graph still runs correctly under torch's autograd.
             # (torch.fx appends the failing node to the message: keep the reason.)
@@ -235,7 +236,9 @@ class _CachedAotBackend:
             moved.update(entry.relocation(gm))
             if entry.kind is EntryKind.AS_CAPTURED:
                 return gm
-            return ember_aotgrad.load_compiled_aot(entry.payload, gm, load)
+            loaded_aot = ember_aotgrad.load_compiled_aot(entry.payload, gm, load)
+            loaded_aot.check_inputs = False  # the guards check requires_grad
+            return loaded_aot
 
         found = self.cache.load(key, rebuild)
         if found is None:
