@@ -101,8 +101,7 @@ def plan_memory(
                 )
                 target = (updates or {}).get(stage.name)
                 if target and _updates_in_place(schedule, s, stage, target, specs):
-                    plan.allocations[stage.name] = Allocation(stage.name, target)
-                    plan.in_place[stage.name] = target
+                    plan.in_place[stage.name] = target  # no memory of its own
                 elif fits:
                     chosen = min(fits)
                     free.remove(chosen)
@@ -147,13 +146,18 @@ def _updates_in_place(
         if s > at and target in _step_uses(step):
             return False
     kernel = schedule.steps[at]
-    own = tuple(var(f"i{d}", size) for d, size in enumerate(stage.sizes))
+    own = _own_index(stage)
     position = kernel.stages.index(stage)
     for j, other in enumerate(kernel.stages):
         for ld in node_loads(other):
             if ld.name == target and (j > position or ld.index != own):
                 return False
     return True
+
+
+def _own_index(stage) -> tuple:
+    """The index a pointwise stage stores each element at: its loop variables."""
+    return tuple(var(f"i{d}", size) for d, size in enumerate(stage.sizes))
 
 
 def write_in_place(kernel: Kernel, in_place: dict[str, str]) -> Kernel:
@@ -163,14 +167,17 @@ def write_in_place(kernel: Kernel, in_place: dict[str, str]) -> Kernel:
     moved = {out: inp for out, inp in in_place.items() if out in kernel.stored}
     if not moved:
         return kernel
-    aliases = {}
-    for stage in kernel.stages:
-        if stage.name in moved:
-            own = tuple(var(f"i{d}", n) for d, n in enumerate(stage.sizes))
-            target = Load(moved[stage.name], own, stage.dtype)
-            aliases[stage.name] = Pointwise(
-                stage.name, stage.sizes, stage.dtype, target, ()
-            )
+    aliases = {
+        stage.name: Pointwise(
+            stage.name,
+            stage.sizes,
+            stage.dtype,
+            Load(moved[stage.name], _own_index(stage), stage.dtype),
+            (),
+        )
+        for stage in kernel.stages
+        if stage.name in moved
+    }
     stages = []
     for stage in kernel.stages:
         stage = inline_loads(stage, aliases)
