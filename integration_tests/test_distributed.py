@@ -1,7 +1,9 @@
-"""DistributedDataParallel around a compiled model, two processes on gloo
-(127.0.0.1, a free port): three training steps of a small MLP and of the demo
-block, losses and parameters equal to eager DDP's on every rank, with
-``no_sync()`` gradient accumulation and ``find_unused_parameters``."""
+"""DistributedDataParallel and ember, two processes on gloo (127.0.0.1, a free
+port): ``DDP(ember.compile(model))`` and ``ember.compile(DDP(model))``, three
+training steps of a small MLP and of the demo block, losses and parameters equal
+to eager DDP's on every rank, with ``no_sync()`` gradient accumulation and
+``find_unused_parameters``; graphs split at DDP's buckets, whose all-reduces
+start between the pieces' backwards."""
 
 import os
 import socket
@@ -44,6 +46,9 @@ def _make(name: str) -> torch.nn.Module:
 
 
 SHAPES = {"mlp": (4, 8), "demo_block": (2, 3, 8)}
+# Small buckets (bytes), so that these small models fill several.
+BUCKET_MB = 500 / 2**20
+PIECES = {"mlp": 2, "demo_block": 4}
 
 
 def _train(model, shape, rank, accumulate):
@@ -63,7 +68,25 @@ def _train(model, shape, rank, accumulate):
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
-def _worker(rank, port, name, accumulate, out_dir):
+def _wrap(model, wrapping, unused):
+    import ember
+
+    if wrapping == "ddp_of_compiled":
+        return DDP(
+            ember.compile(model), find_unused_parameters=unused, bucket_cap_mb=BUCKET_MB
+        )
+    ddp = DDP(model, find_unused_parameters=unused, bucket_cap_mb=BUCKET_MB)
+    return ember.compile(ddp)
+
+
+def _compiled_forward(model):
+    """The compiled forward of the module DDP wraps, in either wrapping."""
+    if isinstance(model, DDP):
+        return model.module._compiled_forward
+    return model._compiled_forward
+
+
+def _worker(rank, port, name, wrapping, accumulate, out_dir):
     import ember
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -71,14 +94,18 @@ def _worker(rank, port, name, accumulate, out_dir):
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
         unused = name == "mlp"
-        eager = DDP(_make(name), find_unused_parameters=unused)
-        compiled_model = _make(name)
-        compiled = DDP(ember.compile(compiled_model), find_unused_parameters=unused)
+        eager = DDP(_make(name), find_unused_parameters=unused, bucket_cap_mb=BUCKET_MB)
+        compiled = _wrap(_make(name), wrapping, unused)
         want = _train(eager, SHAPES[name], rank, accumulate)
         got = _train(compiled, SHAPES[name], rank, accumulate)
         stats = ember.stats()
         torch.save(
-            {"want": want, "got": got, "compiles": stats["compiles"]},
+            {
+                "want": want,
+                "got": got,
+                "compiles": stats["compiles"],
+                "pieces": _compiled_forward(compiled).log.bucket_pieces,
+            },
             os.path.join(out_dir, f"rank{rank}.pt"),
         )
     finally:
@@ -86,11 +113,12 @@ def _worker(rank, port, name, accumulate, out_dir):
 
 
 @pytest.mark.parametrize("accumulate", [False, True], ids=["sync", "no_sync"])
+@pytest.mark.parametrize("wrapping", ["ddp_of_compiled", "compiled_ddp"])
 @pytest.mark.parametrize("name", ["mlp", "demo_block"])
-def test_ddp_around_a_compiled_model_matches_eager_ddp(name, accumulate, tmp_path):
+def test_compiled_ddp_training_matches_eager_ddp(name, wrapping, accumulate, tmp_path):
     mp.spawn(
         _worker,
-        args=(_free_port(), name, accumulate, str(tmp_path)),
+        args=(_free_port(), name, wrapping, accumulate, str(tmp_path)),
         nprocs=WORLD,
         join=True,
     )
@@ -103,7 +131,10 @@ def test_ddp_around_a_compiled_model_matches_eager_ddp(name, accumulate, tmp_pat
         assert got_losses == pytest.approx(want_losses, rel=1e-5, abs=1e-6)
         for a, b in zip(want_params, got_params):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-        assert result["compiles"] >= 1
+        # One graph, split where the buckets end (the MLP: its second layer,
+        # then its first; the unused head is in no graph).
+        assert result["compiles"] == 1
+        assert result["pieces"] == [PIECES[name]]
     # DDP keeps the replicas equal: both ranks hold the same parameters.
     for a, b in zip(results[0]["got"][1], results[1]["got"][1]):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -157,35 +188,66 @@ def test_fsdp2_module_compiled_trains_as_eager(tmp_path):
         assert result["compiles"] == 0
 
 
-def _compiled_ddp_worker(rank, port, out_dir):
+def _overlap_worker(rank, port, bucket_mb, out_dir):
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+        allreduce_hook,
+    )
+
     import ember
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        results = []
-        for compile_it in (False, True):
-            ddp = DDP(_make("mlp"), find_unused_parameters=True)
-            run = ember.compile(ddp) if compile_it else ddp
-            results.append(_train(run, SHAPES["mlp"], rank, accumulate=False))
-        torch.save(
-            {"results": results, "compiles": ember.stats()["compiles"]},
-            os.path.join(out_dir, f"rank{rank}.pt"),
-        )
+        ddp = DDP(_make("demo_block"), bucket_cap_mb=bucket_mb)
+        events = []
+
+        def record_bucket(state, bucket):
+            events.append("all-reduce")
+            return allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(None, record_bucket)
+        compiled = ember.compile(ddp)
+        for _ in range(2):  # the last step's events are kept
+            events.clear()
+            x, y = torch.randn(SHAPES["demo_block"]), torch.randn(SHAPES["demo_block"])
+            loss = F.mse_loss(compiled(x), y)
+            for node in _compiled_nodes(loss):
+                node.register_hook(lambda *grads: events.append("piece backward"))
+            loss.backward()
+        torch.save(events, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
-def test_compiled_ddp_module_trains_as_eager_ddp(tmp_path):
-    """``ember.compile(DDP(model))``: DDP's forward reads C++ objects (its
-    reducer and logger) that capture refuses, so it runs eagerly, with eager
-    DDP's losses and parameters: no graph yet (issue 15 continues)."""
-    mp.spawn(_compiled_ddp_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD)
+def _compiled_nodes(loss):
+    """The autograd nodes of compiled graphs (pieces) that ``loss`` comes from."""
+    seen, todo, found = set(), [loss.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node.name() == "AotFunctionBackward":
+            found.append(node)
+        todo += [parent for parent, _ in node.next_functions]
+    return found
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["small_buckets", "one_bucket"])
+def test_all_reduce_starts_between_the_pieces_backwards(split, tmp_path):
+    """``ember.compile(DDP(model))``: with buckets smaller than the model, a
+    bucket's all-reduce starts before the backward of the first piece has run;
+    with one bucket, the graph is one piece and the all-reduce comes last."""
+    bucket_mb = BUCKET_MB if split else 25
+    mp.spawn(
+        _overlap_worker,
+        args=(_free_port(), bucket_mb, str(tmp_path)),
+        nprocs=WORLD,
+    )
     for rank in range(WORLD):
-        result = torch.load(tmp_path / f"rank{rank}.pt")
-        (want_losses, want_params), (got_losses, got_params) = result["results"]
-        assert got_losses == want_losses
-        for a, b in zip(want_params, got_params):
-            assert torch.equal(a, b)
-        assert result["compiles"] == 0
+        events = torch.load(tmp_path / f"rank{rank}.pt")
+        last_piece = len(events) - 1 - events[::-1].index("piece backward")
+        first_all_reduce = events.index("all-reduce")
+        assert events.count("piece backward") == (PIECES["demo_block"] if split else 1)
+        assert (first_all_reduce < last_piece) == split

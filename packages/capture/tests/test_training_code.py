@@ -195,3 +195,28 @@ def test_weak_references_and_bound_functions():
     cache = CaptureCache(call)
     torch.testing.assert_close(cache(x), x * 2.0)
     assert cache.captures == 1 and not cache.refused
+
+
+def test_calling_a_ddp_module_breaks_at_the_call(tmp_path):
+    """DDP's forward drives its C++ reducer: the call breaks where the user
+    makes it, with a reason naming DDP, not deep inside DDP's forward."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        ddp = DDP(torch.nn.Linear(4, 4))
+
+        def step(x):
+            y = x * 2
+            return ddp(y).sum()
+
+        result = capture(step, torch.randn(3, 4))
+        assert "DistributedDataParallel" in result.break_reason.reason
+        assert result.break_reason.location.endswith(
+            f":{step.__code__.co_firstlineno + 2}"
+        )
+    finally:
+        dist.destroy_process_group()

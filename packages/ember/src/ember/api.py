@@ -23,6 +23,7 @@ from .backends import Backend, CompileLog, resolve_backend
 from .cache import MetaResultsCache, trusted_cache
 from .config import Config
 from .convert import BreakReason, make_convert
+from .distributed import DDPForward, is_ddp, split_at_buckets
 
 _MODES = (None, "default", "reduce-overhead", "max-autotune")
 
@@ -71,8 +72,7 @@ def compile(
         if isinstance(target, (CompiledFunction, CompiledModule)):
             target = target.original  # compile afresh from the user's own object
         if isinstance(target, torch.nn.Module):
-            forward = context.compile_callable(target.forward)
-            return CompiledModule(target, forward, again, context.compile_callable)
+            return context.compile_module(target)
         if isinstance(target, (types.FunctionType, types.MethodType)):
             return context.compile_callable(target)
         raise TypeError(
@@ -112,7 +112,9 @@ class _Context:
         counters = Counters()
         # Per function, so the backend's stage times and disk hits land in its
         # dispatcher's counters.
-        backend = resolve_backend(self.backend, self.config, self.log, counters)
+        backend = split_at_buckets(
+            resolve_backend(self.backend, self.config, self.log, counters), self.log
+        )
         convert = make_convert(
             fn,
             backend,
@@ -147,12 +149,19 @@ class _Context:
             target, CompiledModule
         ):
             if target not in self._modules:
-                forward = self.compile_callable(target.forward)
-                self._modules[target] = CompiledModule(
-                    target, forward, self.recompile, self.compile_callable
-                )
+                self._modules[target] = self.compile_module(target)
             return self._modules[target]
         return target
+
+    def compile_module(self, module: torch.nn.Module) -> CompiledModule:
+        """``module`` compiled: its forward, or for a DistributedDataParallel,
+        the module it wraps, with DDP's own forward run as it is around it."""
+        if is_ddp(module):
+            inner = self.compile_module(module.module)
+            forward = DDPForward(module, inner)
+            return CompiledModule(module, forward, self.recompile, runs_hooks=True)
+        forward = self.compile_callable(module.forward)
+        return CompiledModule(module, forward, self.recompile, self.compile_callable)
 
 
 def _original(fn: types.FunctionType, bound_self: object) -> Callable:
@@ -236,6 +245,8 @@ class CompiledModule(torch.nn.Module):
         forward: Callable,
         recompile: Callable[[torch.nn.Module], Any] | None = None,
         compile_call: Callable[[Callable], Callable] | None = None,
+        *,
+        runs_hooks: bool = False,
     ) -> None:
         super().__init__()
         self.__dict__["_orig_mod"] = module  # not a submodule: keeps state_dict keys
@@ -244,6 +255,7 @@ class CompiledModule(torch.nn.Module):
         self.__dict__["_recompile"] = recompile
         self.__dict__["_compile_call"] = compile_call
         self.__dict__["_compiled_call"] = None  # made on the first hooked call
+        self.__dict__["_runs_hooks"] = runs_hooks  # forward calls the module itself
         self._parameters = module._parameters
         self._buffers = module._buffers
         self._modules = module._modules
@@ -257,7 +269,7 @@ class CompiledModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         module = self._orig_mod
-        if not _has_hooks(module):
+        if self._runs_hooks or not _has_hooks(module):
             return self._compiled_forward(*args, **kwargs)
         if self._compile_call is None or not (
             ember_capture.module_has_only_forward_hooks(module)

@@ -52,6 +52,9 @@ class CompileLog:
     # cache), "miss" (compiled and stored), "miss, not stored: why" or
     # "not cached: why" (compiled without a lookup).
     cache_results: list[str] = field(default_factory=list)
+    # Per graph compiled inside a DDP forward and split at its buckets: the
+    # number of pieces (distributed.py).
+    bucket_pieces: list[int] = field(default_factory=list)
 
 
 BACKENDS: dict[str, Callable[[Config, CompileLog, Counters], Backend]] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.fx
@@ -26,6 +26,9 @@ class ExplainOutput:
     fallback_ops: list[str]  # aten ops codegen left to torch's own kernels
     generated_code: list[str]  # codegen's source, one per compiled graph
     eager_graph_reasons: list[str]  # why a captured graph runs with torch as it is
+    # Per graph compiled inside a DDP forward: the pieces it was split into at
+    # DDP's gradient buckets.
+    bucket_pieces: list[int] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [
@@ -35,6 +38,8 @@ class ExplainOutput:
         for i, ops in enumerate(self.ops_per_graph):
             counts = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items()))
             lines.append(f"  graph {i}: {sum(ops.values())} ops ({counts})")
+        split = "  graph split at DDP's buckets into {} pieces"
+        lines += [split.format(n) for n in self.bucket_pieces]
         lines += [f"  graph run by torch: {r}" for r in self.eager_graph_reasons]
         if self.fallback_ops:
             lines.append(f"  ops run by torch: {', '.join(self.fallback_ops)}")
@@ -70,6 +75,7 @@ def explain(
             fallback_ops=sorted(target.log.fallback_ops),
             generated_code=list(target.log.generated_code),
             eager_graph_reasons=list(target.log.eager_graph_reasons),
+            bucket_pieces=list(target.log.bucket_pieces),
         )
 
     return run

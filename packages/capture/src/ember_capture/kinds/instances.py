@@ -171,9 +171,33 @@ def _set_attr(tx: Interpreter, obj: Value, name: str, value: Value) -> None:
     tx.output.write_attr(obj, name, value)
 
 
+# Modules whose forward drives machinery outside any graph (C++ objects of
+# torch.distributed): a call of one is a graph break at once, with this reason
+# and hint, instead of a break deep inside their forward.
+MODULES_CALLED_AS_THEY_ARE: dict[str, tuple[str, str]] = {
+    "torch.nn.parallel.distributed.DistributedDataParallel": (
+        "calling a DistributedDataParallel module (its forward drives DDP's "
+        "C++ reducer)",
+        "the call runs as Python between two graphs; the module DDP wraps can "
+        "be compiled on its own",
+    ),
+}
+
+
+def _called_as_it_is(mod: torch.nn.Module) -> tuple[str, str] | None:
+    for cls in type(mod).__mro__:
+        found = MODULES_CALLED_AS_THEY_ARE.get(f"{cls.__module__}.{cls.__qualname__}")
+        if found is not None:
+            return found
+    return None
+
+
 @call.register(ModuleValue)
 def _call_module(tx: Interpreter, m: ModuleValue, args, kwargs) -> Value:
     mod = m.value
+    as_it_is = _called_as_it_is(mod)
+    if as_it_is is not None:
+        raise tx.unsupported(*as_it_is)
     hooked = not module_has_no_hooks(mod)
     if hooked and (m.source is None or not module_has_only_forward_hooks(mod)):
         raise tx.unsupported(
