@@ -253,3 +253,34 @@ def test_float_arguments_are_graph_inputs_not_guarded_values():
     calls += [((x, 3), 2)]  # an int is another type: captured again
     calls += [((x.long(), 0.5), 3), ((x.long(), 1.5), 4)]  # int tensor: by value
     check(cache, scaled_by_float, calls)
+
+
+def test_guards_read_a_shared_part_once_and_still_see_it_change():
+    """Guards on ``block.fc.weight``, ``block.fc.bias`` and the names of
+    ``block.fc``'s parameters read ``block`` and ``block.fc`` once each per
+    check; a new ``fc`` of other sizes, or a registered parameter, still fails
+    it."""
+    from ember_capture import CellView, capture
+
+    block = torch.nn.Sequential()
+    block.fc = torch.nn.Linear(2, 2)
+
+    def f(x, block):
+        for p in block.fc.parameters():
+            x = x + p.sum()
+        return x * block.fc.weight[0, 0] + block.fc.bias[0]
+
+    result = capture(f, torch.randn(2), block)
+    checker = result.guards.compile(f.__globals__, CellView((), None))
+    assert checker.source.count("L['block']") == 1
+    assert checker.source.count("_modules['fc']") == 1
+    frame = {"x": torch.randn(2), "block": block}
+    assert checker.check(frame)
+    block.fc = torch.nn.Linear(2, 2)
+    assert checker.check(frame)  # the same kinds of tensors: the entry holds
+    block.fc = torch.nn.Linear(3, 2)
+    assert not checker.check(frame)
+    block.fc = torch.nn.Linear(2, 2)
+    block.fc.register_parameter("extra", torch.nn.Parameter(torch.ones(1)))
+    assert not checker.check(frame)
+    assert "['weight', 'bias', 'extra']" in checker.failure(frame)

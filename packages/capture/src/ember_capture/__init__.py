@@ -27,6 +27,7 @@ from .source import (
     GlobalSource,
     ItemSource,
     LocalSource,
+    SharedReads,
     Source,
 )
 
@@ -46,6 +47,7 @@ __all__ = [
     "GuardSet",
     "ItemSource",
     "LocalSource",
+    "SharedReads",
     "Source",
     "TensorSpec",
     "capture",

@@ -8,6 +8,7 @@ when the check fails it can name the first failing guard with old and new values
 from __future__ import annotations
 
 import enum
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.nn.modules import module as nn_module
 
-from .source import MODULES_NAME, Source, key_text
+from .source import MODULES_NAME, SharedReads, Source, key_text
 
 _MODULES = {MODULES_NAME: sys.modules}
 
@@ -315,6 +316,21 @@ class GuardSet:
         return GuardChecker(tuple(self), f_globals, cells)
 
 
+# ``{v}`` (the guarded value) and ``{e}`` (what it must be) in a template.
+_TEMPLATE_FIELD = re.compile(r"\{([ve])\}")
+
+
+def _reads(guards: Iterable[Guard]) -> Iterable[Source]:
+    """The sources the check reads, in its order, once per read."""
+    for guard in guards:
+        template, _ = _CHECKS[guard.kind]
+        for field in _TEMPLATE_FIELD.findall(template):
+            if field == "v" and guard.source is not None:
+                yield guard.source
+            elif field == "e" and guard.kind is GuardKind.SAME_OBJECT:
+                yield guard.expected
+
+
 class GuardChecker:
     """``check(L)`` is one generated boolean expression over the frame's locals."""
 
@@ -333,18 +349,22 @@ class GuardChecker:
             "___no_grad_hooks": tensor_has_no_grad_hooks,
             **_MODULES,
         }
+        # The terms form one ``and`` chain, so a part several guards read is
+        # read once (SharedReads), in the order the templates read it.
+        shared = SharedReads(_reads(guards))
         terms = []
         for i, guard in enumerate(guards):
             scope[f"___e{i}"] = guard.expected
-            template, _ = _CHECKS[guard.kind]
-            value = guard.source.expr() if guard.source is not None else "None"
-            # An aliasing guard compares with another source read from the frame.
-            expected = (
-                guard.expected.expr()
-                if guard.kind is GuardKind.SAME_OBJECT
-                else f"___e{i}"
-            )
-            terms.append(template.format(v=value, e=expected))
+
+            def fill(field: re.Match, guard: Guard = guard, i: int = i) -> str:
+                if field.group(1) == "v":
+                    return "None" if guard.source is None else shared.expr(guard.source)
+                # An aliasing guard compares with another source read from the frame.
+                if guard.kind is GuardKind.SAME_OBJECT:
+                    return shared.expr(guard.expected)
+                return f"___e{i}"
+
+            terms.append(_TEMPLATE_FIELD.sub(fill, _CHECKS[guard.kind][0]))
         body = " and ".join(terms) or "True"
         self.source = f"lambda L, G, C: {body}"
         self._fn = eval(self.source, scope)

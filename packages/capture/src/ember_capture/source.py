@@ -7,9 +7,12 @@ and messages, and as a plain Python expression for the transformed code.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +40,12 @@ def _describe_resume_arg(match: re.Match) -> str:
 
 
 class Source:
-    """Base of the source tree. Subclasses are frozen dataclasses."""
+    """Base of the source tree. Subclasses are frozen dataclasses; the fields
+    that are sources are its children, which its ``expr`` reads first."""
+
+    # False where ``expr`` puts the children inside a comprehension, where
+    # Python forbids an assignment expression (see SharedReads).
+    binds_inside = True
 
     def name(self) -> str:
         """The guard form: ``L['x']``, ``G['w']``, ``L['self'].weight``."""
@@ -415,6 +423,8 @@ class NamedMembersSource(Source):
     method: str  # "named_parameters", "named_buffers", ...
     args: tuple = ()
 
+    binds_inside = False
+
     def _call(self, base: str) -> str:
         args = ", ".join(repr(a) for a in self.args)
         return f"[n for n, _ in {base}.{self.method}({args})]"
@@ -427,3 +437,78 @@ class NamedMembersSource(Source):
 
     def expr(self) -> str:
         return self._call(self.base.expr())
+
+
+@dataclass(frozen=True, slots=True)
+class _Written(Source):
+    """An expression already written, standing for a child source while its
+    parent writes its own expression around it."""
+
+    text: str
+
+    def name(self) -> str:
+        return self.text
+
+    def expr(self) -> str:
+        return self.text
+
+
+def _children(source: Source) -> list[tuple[str, Source]]:
+    return [
+        (f.name, value)
+        for f in dataclasses.fields(source)
+        if isinstance(value := getattr(source, f.name), Source)
+    ]
+
+
+class SharedReads:
+    """Guard expressions for reads made in one function body, left to right,
+    that read each shared part once: ``L['self'].layers[0].weight`` and
+    ``L['self'].layers[0].bias`` read ``L['self'].layers[0]`` into a local at the
+    first (``(___s0 := ...)``) and from it at the second.
+
+    ``reads`` lists every read in the order the body evaluates them, as many
+    times as it evaluates each; ``expr`` must then be called in that same order.
+    That order is the evaluation order only where every read before a read is
+    evaluated whenever it is: true of an ``and`` chain (a false term ends it),
+    a tuple display and a call's arguments, not of ``or`` or ``if``."""
+
+    def __init__(self, reads: Iterable[Source]) -> None:
+        counts: Counter[Source] = Counter()
+        for source in reads:
+            self._count(source, counts)
+        self._shared = {s for s, n in counts.items() if n > 1}
+        self._names: dict[Source, str] = {}
+
+    def _count(self, source: Source, counts: Counter) -> None:
+        if not _hashable(source):
+            return
+        counts[source] += 1
+        for _, child in _children(source):
+            self._count(child, counts)
+
+    def expr(self, source: Source, bind: bool = True) -> str:
+        """``source.expr()``, reading its shared parts from locals once stored."""
+        if not _hashable(source):
+            return source.expr()
+        if source in self._names:
+            return self._names[source]
+        children = {
+            field: _Written(self.expr(child, bind and source.binds_inside))
+            for field, child in _children(source)
+        }
+        text = dataclasses.replace(source, **children).expr() if children else None
+        text = source.expr() if text is None else text
+        if not bind or source not in self._shared:
+            return text
+        name = self._names[source] = f"___s{len(self._names)}"
+        return f"({name} := {text})"
+
+
+def _hashable(source: Source) -> bool:
+    """Whether ``source`` can be counted (a key it holds may be unhashable)."""
+    try:
+        hash(source)
+    except TypeError:
+        return False
+    return True

@@ -139,7 +139,9 @@ def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
         for g in tensor_guards
         for s in [g.expected]
     )
-    reads = "".join(f"{g.source.expr()}, " for g in tensor_guards)
+    # A tuple display evaluates left to right: shared parts are read once.
+    shared = ember_capture.SharedReads(g.source for g in tensor_guards)
+    reads = "".join(f"{shared.expr(g.source)}, " for g in tensor_guards)
     read = eval(f"lambda L: ({reads})", {"G": fn.__globals__, "C": cells})
     other = rest.compile(fn.__globals__, cells) if len(rest) else None
     spec = GuardSpec(
