@@ -482,3 +482,19 @@ def test_guards_run_in_the_runtime_checker():
     assert entry.failure({"x": x[:2], "w": w, "b": b}) == (
         "L['x']: size changed from [4, 3] to [2, 3]"
     )
+
+
+def test_profile_reports_the_kernels_of_a_forward_and_its_backward():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    compiled = ember.compile(model)
+    x = torch.randn(4, 8)
+    compiled(x).sum().backward()
+    with ember.profile(measure_bandwidth=False) as report:
+        out = compiled(x)
+        out.sum().backward()
+    torch.testing.assert_close(out, model(x))
+    titles = [graph.title.split(",")[0] for graph in report.graphs]
+    assert titles == ["ForwardGraph", "BackwardGraph"]
+    for graph in report.graphs:
+        assert graph.calls == 1
+        assert any(row.kind == "loop" for row in graph.rows)

@@ -16,6 +16,7 @@ from .errors import CodegenError
 from .ir import format_ir
 from .lowering import LOWERINGS, lower_graph, register
 from .memory import plan_memory
+from .profile import GraphProfile, KernelTime, ProfileReport, profiling
 from .scheduler import schedule
 
 __version__ = "0.2.0"
@@ -25,8 +26,11 @@ __all__ = [
     "TARGETS",
     "CodegenError",
     "CompiledGraph",
+    "GraphProfile",
     "KernelInfo",
+    "KernelTime",
     "KeySigner",
+    "ProfileReport",
     "Signer",
     "compile_graph",
     "emit_source",
@@ -34,6 +38,7 @@ __all__ = [
     "load_library",
     "lower_graph",
     "plan_memory",
+    "profiling",
     "register",
     "schedule",
 ]

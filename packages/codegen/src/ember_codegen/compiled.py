@@ -10,10 +10,12 @@ name the current program's lines.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import io
 import linecache
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,11 +25,12 @@ import torch
 from .build import Signer, load_library
 from .cpp_wrapper import WRAPPER_HELPERS, KernelInfo
 from .locations import replace_locations
+from .profile import ACTIVE, GraphProfile, instrument
 from .wrapper import WRAPPER_GLOBALS
 
 log = logging.getLogger("ember.output_code")
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
@@ -64,6 +67,8 @@ class CompiledGraph:
     signer: Signer | None = field(default=None, repr=False)
     library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)
+    _namespace: dict = field(init=False, repr=False)  # what the wrapper names
+    _timed: list = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
         namespace = dict(WRAPPER_GLOBALS, **WRAPPER_HELPERS, **self.constants)
@@ -83,8 +88,9 @@ class CompiledGraph:
                     fn.argtypes = [ctypes.c_void_p] * info.arity
                     fn.restype = ctypes.c_int if info.checks_indices else None
                     namespace[info.name] = fn
+        object.__setattr__(self, "_namespace", namespace)
         object.__setattr__(
-            self, "_call", _exec(self.wrapper_source, namespace, "wrapper")
+            self, "_call", _exec(self.wrapper_source, dict(namespace), "wrapper")
         )
         log.debug("generated code:\n%s", self.source)
 
@@ -107,10 +113,34 @@ class CompiledGraph:
         # The graph's dtypes are explicit (autocast's casts are ops in it): the
         # caller's autocast must not change what an op through torch returns,
         # or a kernel would read that buffer in the wrong dtype.
+        run = self._profiled if ACTIVE else self._call
         if _any_autocast():
             with torch._C._DisableAutocast():
-                return self._call(*inputs)
-        return self._call(*inputs)
+                return run(*inputs)
+        return run(*inputs)
+
+    def _profiled(self, *inputs: object) -> tuple:
+        """The call, timed statement by statement into the active profile."""
+        if not self._timed:  # made on the first profiled call
+            timed = instrument(self.wrapper_source, self.kernels)
+            call = _exec(timed.source, dict(self._namespace), "profiled wrapper")
+            self._timed.extend([call, timed.rows])
+        call, rows = self._timed
+        title = self.wrapper_source.split("\n", 1)[0].removeprefix("# ember codegen: ")
+        profile: GraphProfile = ACTIVE[-1].profile_of(
+            self, title, [dataclasses.replace(row) for row in rows]
+        )
+        counted = profile.rows
+
+        def add(row: int, seconds: float) -> None:
+            counted[row].seconds += seconds
+
+        clock = time.perf_counter
+        start = clock()
+        result = call(clock, add, *inputs)
+        profile.seconds += clock() - start
+        profile.calls += 1
+        return result
 
     def to_bytes(self) -> bytes:
         """A self-contained serialized form; ``from_bytes`` rebuilds the callable."""
@@ -166,6 +196,7 @@ class CompiledGraph:
                     tuple(k["ops"]),
                     k["arity"],
                     k["checks_indices"],
+                    k["bytes"],
                 )
                 for k in state["kernels"]
             ),

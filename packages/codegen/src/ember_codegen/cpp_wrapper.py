@@ -27,6 +27,7 @@ class KernelInfo:
     ops: tuple[str, ...]
     arity: int = 0  # pointer arguments of a loop kernel
     checks_indices: bool = False  # returns 1 when an index tensor is out of range
+    bytes: int = 0  # the buffers it reads and writes, once each (for profiles)
 
 
 def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Tensor:
@@ -130,13 +131,18 @@ def emit_cpp_wrapper(
                 body += [f"if {launch}:", f"    return fallback({', '.join(params)})"]
             else:
                 body.append(launch)
+            moved = sum(nbytes(specs[n]) for n in _kernel_args(step))
             kernels.append(
-                KernelInfo("loop", step.name, _ops(step.origin), len(args), checked)
+                KernelInfo(
+                    "loop", step.name, _ops(step.origin), len(args), checked, moved
+                )
             )
         elif isinstance(step, Extern):
             body += _extern(step, specs, read_by_kernels, given)
             kind = "fallback" if step.fallback else "extern"
-            kernels.append(KernelInfo(kind, step.name, (str(step.op),)))
+            touched = dict.fromkeys([*_refs(step), *filter(None, step.outputs)])
+            moved = sum(nbytes(specs[n]) for n in touched if n in specs)
+            kernels.append(KernelInfo(kind, step.name, (str(step.op),), bytes=moved))
         else:
             body.append(
                 f"{step.name} = {step.base}.as_strided({tuple(step.sizes)}, "

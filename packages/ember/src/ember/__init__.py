@@ -8,7 +8,7 @@ from .api import CompiledFunction, CompiledModule, compile, reset, stats
 from .backends import BACKENDS, register_backend
 from .config import Config
 from .convert import BreakReason
-from .explain import ExplainOutput, explain
+from .explain import ExplainOutput, explain, profile
 from .logs import apply_environment, set_logs
 
 __version__ = "0.2.0"
@@ -24,6 +24,7 @@ __all__ = [
     "ExplainOutput",
     "compile",
     "explain",
+    "profile",
     "register_backend",
     "reset",
     "set_logs",
