@@ -305,6 +305,40 @@ def test_reductions_over_leading_dims_run_by_columns(cpp):
     assert ((got[-1].double() - exact).abs() < 2e-3).all()  # cascaded, not serial
 
 
+def test_chained_reductions_over_leading_dims_run_by_columns(cpp):
+    """A reduction that reads an earlier one (variance: its mean; logsumexp:
+    its max; max with values: a gather at the argmax) over a middle or first
+    dim still runs by columns, each lane keeping its results; equal to eager,
+    NaN, infinities and ties included, and in bfloat16."""
+
+    def fn(x, h):
+        mean = aten.div.Scalar(aten.sum.dim_IntList(x, [1]), 64)
+        centered = aten.sub.Tensor(x, aten.unsqueeze.default(mean, 1))
+        var = aten.div.Scalar(
+            aten.sum.dim_IntList(aten.mul.Tensor(centered, centered), [1]), 63
+        )
+        big = aten.amax.default(x, [0], True)
+        shifted = aten.exp.default(aten.sub.Tensor(x, big))
+        lse = aten.add.Tensor(
+            aten.log.default(aten.sum.dim_IntList(shifted, [0], True)), big
+        )
+        values, indices = aten.max.dim(x, 1)
+        half = aten.amax.default(aten.mul.Tensor(h, h), [1])
+        return var, lse, values, indices, half
+
+    x = torch.randn(8, 64, 128)
+    x[2, 5, 7] = math.nan
+    x[:, 3, 9] = math.inf
+    x[4, 10, 11] = x[4, 20, 11] = 40.0  # a tie: the first wins
+    h = torch.randn(4, 32, 16, dtype=torch.bfloat16)
+    compiled = cpp(fn, x, h)
+    # var (2 reductions, 1 division), logsumexp (2), max (argmax, gather), bf16 amax
+    assert compiled.cpp_source.count("by columns") == 8, compiled.cpp_source
+    assert "_col[k]" in compiled.cpp_source
+    for got, want in zip(compiled(x, h), fn(x, h)):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=1e-5)
+
+
 def test_float64_and_int32_kernels(cpp):
     def fn(d, i):
         return (

@@ -159,7 +159,7 @@ def _fold(red: Reduction, into: tuple[str, str], value: str, pos: str) -> str:
     )
 
 
-def _simd(group: list[Reduction]) -> bool:
+def _simd(group: list[Reduction] | list[Pointwise]) -> bool:
     """Whether the lane loop may carry ``omp simd``: each lane is independent,
     and GCC needs the hint to vectorize the NaN-propagating max/min selects;
     lazy selects and index checks must stay scalar."""
@@ -350,17 +350,21 @@ def column_reductions(
     kernel. The lanes run along the output's last dim, contiguous in the input,
     and each lane folds its column over the reduced dims in order; rows are
     contiguous reads. With the lanes along the reduced dim instead, each lane
-    would read a strided column."""
+    would read a strided column.
+
+    Reductions may read earlier ones and pointwise stages over the output (a
+    variance reads its mean, a logsumexp its max): each pass over the rows
+    folds the reductions that read nothing of the pass, then keeps each lane's
+    result in ``<name>_col[k]`` for the stages after it."""
     group = list(kernel.stages)
     if not _columns_pay(group, kernel, scope):
         return None
-    first = group[0]
+    first = next(s for s in group if isinstance(s, Reduction))
     sizes, last = first.sizes, first.sizes[-1]
     n, lanes = len(sizes), lanes_for(last)
     lines = [
-        f"{indent}// {r.name} = {r.kind.value} of {describe_origin(r.origin)}, "
-        "by columns"
-        for r in group
+        f"{indent}// {s.name} = {_what(s)} of {describe_origin(s.origin)}, by columns"
+        for s in group
     ]
     blocks = -(-last // lanes)
     if parallel and blocks * numel(sizes[:-1]) > 1:
@@ -371,8 +375,48 @@ def column_reductions(
     lines.append(
         f"{body}const int64_t width = {last} - ib < {lanes} ? {last} - ib : {lanes};"
     )
-    lines += _declare_acc(group, body, lanes)
-    reduce_sizes = first.reduce_sizes
+    for step in _passes(group):
+        if isinstance(step, Pointwise):
+            lines += _column_pointwise(step, kernel, scope, body, n, lanes)
+        else:
+            lines += _column_pass(step, kernel, scope, body, n, lanes)
+    lines.append(f"{inner}}}")
+    close_loops(len(sizes) - 1, inner, lines)
+    return lines
+
+
+def _what(stage: Pointwise | Reduction) -> str:
+    return stage.kind.value if isinstance(stage, Reduction) else "pointwise"
+
+
+def _passes(
+    stages: list[Pointwise | Reduction],
+) -> list[Pointwise | list[Reduction]]:
+    """The stages in order, consecutive reductions that read none of each
+    other gathered into one pass over the rows."""
+    steps: list[Pointwise | list[Reduction]] = []
+    for stage in stages:
+        last = steps[-1] if steps else None
+        if (
+            isinstance(stage, Reduction)
+            and isinstance(last, list)
+            and not any(ld.name in {r.name for r in last} for ld in loads(stage.expr))
+        ):
+            last.append(stage)
+        elif isinstance(stage, Reduction):
+            steps.append([stage])
+        else:
+            steps.append(stage)
+    return steps
+
+
+def _column_pass(
+    group: list[Reduction], kernel: Kernel, scope: Scope, body: str, n: int, lanes: int
+) -> list[str]:
+    """One pass over the rows folding ``group`` per lane, then each lane's
+    result kept in ``<name>_col`` (and stored, where the kernel stores it)."""
+    lines = _declare_acc(group, body, lanes)
+    reduce_sizes = group[0].reduce_sizes
     rows = open_loops(reduce_sizes[:-1], 0, "r", body, lines)
     r, total = f"r{len(reduce_sizes) - 1}", reduce_sizes[-1]
     lines.append(f"{rows}for (int64_t rb = 0; rb < {total}; rb += {COLUMN_BLOCK}) {{")
@@ -402,22 +446,49 @@ def column_reductions(
     lines += _lane_loop(group, rows + "  ", n, fold_parts, indexed=False)
     lines.append(f"{rows}}}")
     close_loops(len(reduce_sizes) - 1, rows, lines)
+    lines += [f"{body}{value_type(r.dtype)} {r.name}_col[{lanes}];" for r in group]
 
-    def store(ind: str) -> list[str]:
-        idx = tuple(ivar(d) for d in range(n))
+    def keep(ind: str) -> list[str]:
         out = []
         for red in group:
-            value = _slot(red, f"{red.name}_acc", "k")[
-                1 if red.kind in ARG_KINDS else 0
-            ]
-            at = render(offset(idx, scope.strides[red.name]))
-            out.append(f"{ind}{red.name}[{at}] = {store_code(red.dtype, value)};")
+            t = value_type(red.dtype)
+            acc = _slot(red, f"{red.name}_acc", "k")[1 if red.kind in ARG_KINDS else 0]
+            out.append(f"{ind}{red.name}_col[k] = static_cast<{t}>({acc});")
+            out += _store_lane(red, kernel, scope, ind, n)
         return out
 
-    lines += _lane_loop(group, body, n, store)
-    lines.append(f"{inner}}}")
-    close_loops(len(sizes) - 1, inner, lines)
+    stored = any(red.name in kernel.stored for red in group)
+    lines += _lane_loop(group, body, n, keep, indexed=stored)
+    for red in group:
+        scope.locals_[red.name] = f"{red.name}_col[k]"
     return lines
+
+
+def _column_pointwise(
+    stage: Pointwise, kernel: Kernel, scope: Scope, body: str, n: int, lanes: int
+) -> list[str]:
+    """A pointwise stage over the output, one value per lane in ``<name>_col``."""
+    lines = [f"{body}{value_type(stage.dtype)} {stage.name}_col[{lanes}];"]
+
+    def compute(ind: str) -> list[str]:
+        code = Body(scope, ind)
+        value = code.value(stage.expr)
+        code.lines.append(f"{ind}{stage.name}_col[k] = {value};")
+        return code.lines + _store_lane(stage, kernel, scope, ind, n)
+
+    lines += _lane_loop([stage], body, n, compute)
+    scope.locals_[stage.name] = f"{stage.name}_col[k]"
+    return lines
+
+
+def _store_lane(
+    stage: Pointwise | Reduction, kernel: Kernel, scope: Scope, ind: str, n: int
+) -> list[str]:
+    if stage.name not in kernel.stored:
+        return []
+    at = render(offset(tuple(ivar(d) for d in range(n)), scope.strides[stage.name]))
+    value = store_code(stage.dtype, f"{stage.name}_col[k]")
+    return [f"{ind}{stage.name}[{at}] = {value};"]
 
 
 def _lane_loop(
@@ -440,30 +511,36 @@ def _renamed(red: Reduction) -> Reduction:
 
 
 def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
-    """Whether ``group`` is a kernel of reductions worth running by columns:
-    all over the same ranges, all stored, none reading another, and reading
-    some input contiguously along the output's last dim but not along the
-    last reduced dim (reads contiguous along the reduced dim belong in rows)."""
-    if not group or scope.spills or not all(isinstance(s, Reduction) for s in group):
+    """Whether ``group`` is a kernel worth running by columns: reductions over
+    the same ranges, reading no indirect index, and pointwise stages over their
+    output (a gather at an argmax's position, too); some reduction must read an
+    input contiguously along the output's last dim but not along the last
+    reduced dim (reads contiguous along the reduced dim belong in rows)."""
+    if not group or scope.spills:
         return False
-    first = group[0]
+    reductions = [s for s in group if isinstance(s, Reduction)]
+    if not reductions or len(reductions) + sum(
+        isinstance(s, Pointwise) for s in group
+    ) != len(group):
+        return False
+    first = reductions[0]
     if not first.reduce_sizes or kernel.outer != first.sizes:
         return False
     if not first.sizes or first.sizes[-1] < MIN_COLUMN_LANES:
         return False  # lanes this short would not fill a vector
-    names = {s.name for s in group}
     if any(
         s.sizes != first.sizes
-        or s.reduce_sizes != first.reduce_sizes
-        or s.name not in kernel.stored
-        or any(ld.name in names for ld in loads(s.expr))
+        or (isinstance(s, Reduction) and s.reduce_sizes != first.reduce_sizes)
         for s in group
     ):
         return False
+    names = {s.name for s in group}
     i_last, r_last = f"i{len(first.sizes) - 1}", f"r{len(first.reduce_sizes) - 1}"
     along_output = False
-    for red in group:
-        for ld in loads(red.expr):
+    for stage in reductions:  # a pointwise stage reads one element per lane
+        for ld in loads(stage.expr):
+            if ld.name in names:
+                continue  # an earlier stage's value for this lane
             flat = offset(ld.index, scope.strides[ld.name])
             if indirect_terms(flat):
                 return False
