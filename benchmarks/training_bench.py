@@ -6,6 +6,8 @@ backward and step); then a two-process DDP training step of the demo block on
 gloo (eager DDP, DDP around ``ember.compile(model)``, ``ember.compile`` of the
 DDP module, and torch.compile of it), one thread per process.
 Steady-state medians, compile time apart; ratios are eager time / compiled time.
+The single-process rows time each variant in ROUNDS rounds, taking turns, and
+report its median round.
 
     python benchmarks/training_bench.py [--repeats N] [--no-reference] [--no-ddp]
 """
@@ -65,39 +67,63 @@ def _row(name: str, eager_ms: float, ember_ms: float, ember_s: float, ref) -> st
     return row
 
 
+# Each variant is timed in this many rounds, the variants taking turns, and
+# its median round reported: the machine's slow spells then hit all of them.
+ROUNDS = 5
+
+
+def _interleaved(calls: dict[str, tuple], repeats: int) -> dict[str, float]:
+    """Median over ROUNDS of each variant's steady ms, the variants in turn."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, (fn, args) in calls.items():
+            times[name].append(steady_ms(fn, args, repeats))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _report(name: str, calls: dict, compile_s: dict, repeats: int) -> str:
+    ms = _interleaved(calls, repeats)
+    ref = None
+    if "torch.compile" in ms:
+        ref = (ms["torch.compile"], compile_s["torch.compile"])
+    return _row(name, ms["eager"], ms["ember"], compile_s["ember"], ref)
+
+
 def optimizer_step(repeats: int, reference: bool) -> str:
     _, eager = _with_gradients()
-    eager_ms = steady_ms(eager.step, (), repeats)
     _, opt = _with_gradients()
     compiled = ember.compile(opt.step)
-    ember_s = first_call_seconds(compiled, ()) + first_call_seconds(compiled, ())
-    ember_ms = steady_ms(compiled, (), repeats)
-    ref = None
+    compile_s = {"ember": first_call_seconds(compiled, ())}
+    compile_s["ember"] += first_call_seconds(compiled, ())
+    calls = {"eager": (eager.step, ()), "ember": (compiled, ())}
     if reference:
         _, ref_opt = _with_gradients()
         ref_step = torch.compile(ref_opt.step)
-        ref_s = first_call_seconds(ref_step, ()) + first_call_seconds(ref_step, ())
-        ref = (steady_ms(ref_step, (), repeats), ref_s)
-    return _row("AdamW step, demo block parameters", eager_ms, ember_ms, ember_s, ref)
+        compile_s["torch.compile"] = first_call_seconds(ref_step, ())
+        compile_s["torch.compile"] += first_call_seconds(ref_step, ())
+        calls["torch.compile"] = (ref_step, ())
+    return _report("AdamW step, demo block parameters", calls, compile_s, repeats)
 
 
 def whole_step(repeats: int, reference: bool) -> str:
     x = torch.randn(BATCH, SEQ, DIM)
     target = torch.randn(BATCH, SEQ, DIM)
-    eager_ms = steady_ms(train_step, (*_model_and_optimizer(), x, target), repeats)
     args = (*_model_and_optimizer(), x, target)
     compiled = ember.compile(train_step)
-    ember_s = first_call_seconds(compiled, args) + first_call_seconds(compiled, args)
-    ember_ms = steady_ms(compiled, args, repeats)
-    ref = None
+    compile_s = {"ember": first_call_seconds(compiled, args)}
+    compile_s["ember"] += first_call_seconds(compiled, args)
+    calls = {
+        "eager": (train_step, (*_model_and_optimizer(), x, target)),
+        "ember": (compiled, args),
+    }
     if reference:
         model, opt = _model_and_optimizer()
         ref_args = (torch.compile(model), opt, x, target)
-        ref_s = first_call_seconds(train_step, ref_args)
-        ref_s += first_call_seconds(train_step, ref_args)
-        ref = (steady_ms(train_step, ref_args, repeats), ref_s)
+        compile_s["torch.compile"] = first_call_seconds(train_step, ref_args)
+        compile_s["torch.compile"] += first_call_seconds(train_step, ref_args)
+        calls["torch.compile"] = (train_step, ref_args)
     name = f"training step, demo block ({BATCH}, {SEQ}, {DIM})"
-    return _row(name, eager_ms, ember_ms, ember_s, ref)
+    return _report(name, calls, compile_s, repeats)
 
 
 # A wider block for DDP (3 MB of parameters), in buckets of 1 MB (torch.compile

@@ -738,6 +738,45 @@ def test_max_pool2d_values_and_indices_match_torch(cpp, case):
     assert torch.equal(compiled(x)[1], fn(x)[1])  # the same index, every time
 
 
+@pytest.mark.parametrize("case", POOLS)
+def test_max_pool2d_values_alone_take_no_argmax(cpp, case):
+    """Inference reads only the values: one max per window (no argmax, no
+    gather), run by columns along the output row where it is long enough."""
+    x, (kernel, stride, padding, ceil_mode) = POOLS[case]
+
+    def fn(x):
+        out = aten.max_pool2d_with_indices.default(
+            x, kernel, stride, padding, 1, ceil_mode
+        )
+        return (aten.relu.default(out[0]),)
+
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    assert "argmax_last_nan of" not in compiled.cpp_source
+
+
+def test_pooling_a_fused_epilogue_runs_by_columns(cpp):
+    """BatchNorm (eval) and ReLU before a 2x2 pool, as after a convolution:
+    the window is read unclamped (it never leaves the input), lanes along the
+    output row."""
+
+    def fn(x, mean, var):
+        y = aten.relu.default(
+            aten.mul.Tensor(
+                aten.sub.Tensor(x, aten.view.default(mean, [8, 1, 1])),
+                aten.rsqrt.default(aten.view.default(var, [8, 1, 1])),
+            )
+        )
+        return (aten.max_pool2d_with_indices.default(y, [2, 2], [2, 2])[0],)
+
+    x = torch.randn(2, 8, 32, 32)
+    x[0, 1, 4, 5] = math.nan
+    compiled = cpp(fn, x, torch.randn(8), torch.rand(8) + 0.5)
+    check(compiled, fn, x, torch.randn(8), torch.rand(8) + 0.5)
+    assert "by columns" in compiled.cpp_source
+    assert "ember_min(t" not in compiled.cpp_source  # no clamped window positions
+
+
 def test_max_pool2d_with_dilation_runs_through_torch(cpp):
     def fn(x):
         out = aten.max_pool2d_with_indices.default(x, [3, 3], [1, 1], [1, 1], [2, 2])

@@ -515,7 +515,8 @@ def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
     the same ranges, reading no indirect index, and pointwise stages over their
     output (a gather at an argmax's position, too); some reduction must read an
     input contiguously along the output's last dim but not along the last
-    reduced dim (reads contiguous along the reduced dim belong in rows)."""
+    reduced dim (reads contiguous along the reduced dim belong in rows), or,
+    over a short window (pooling), read it moving with the output at all."""
     if not group or scope.spills:
         return False
     reductions = [s for s in group if isinstance(s, Reduction)]
@@ -536,6 +537,10 @@ def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
         return False
     names = {s.name for s in group}
     i_last, r_last = f"i{len(first.sizes) - 1}", f"r{len(first.reduce_sizes) - 1}"
+    # A last reduced dim this short (a pooling window) gives its lanes too
+    # little to fill a vector: lanes along the output pay even where they read
+    # with a stride (a pooling step) and the window is contiguous.
+    window = first.reduce_sizes[-1] < MIN_COLUMN_LANES
     along_output = False
     for stage in reductions:  # a pointwise stage reads one element per lane
         for ld in loads(stage.expr):
@@ -547,9 +552,11 @@ def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
             out_step, red_step = _step(flat, i_last), _step(flat, r_last)
             if out_step is None or red_step is None:
                 return False
-            if red_step == 1 and out_step != 0:
+            if red_step == 1 and out_step != 0 and not window:
                 return False
-            along_output |= out_step == 1 and red_step != 1
+            along_output |= out_step != 0 and (
+                window or (out_step == 1 and red_step != 1)
+            )
     return along_output
 
 

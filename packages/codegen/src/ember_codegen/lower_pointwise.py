@@ -295,13 +295,17 @@ def _gelu(lo: Lowerer, a, approximate="none"):
         return constant(v, dtype)
 
     if approximate == "none":
-        quirks = _vectorized_gelu_quirks() if _vectorized_gelu(a) else (False, False)
+        quirks = (
+            _vectorized_gelu_quirks(a.dtype) if _vectorized_gelu(a) else (False, False)
+        )
         nan_for_inf, overflows = quirks
 
-        # Eager's vectorized float32 kernel (taken for a contiguous input of two
-        # or more elements) differs with the CPU it was built for: on some it
-        # returns NaN for +inf, or overflows to inf near the top of the range
-        # (x * (1 + erf) before the halving). Where it does, so must we.
+        # Eager's vectorized kernels (taken for a contiguous input of two or
+        # more elements) differ with the dtype and the CPU they were built for:
+        # on some they return NaN for +inf, or overflow to inf near the top of
+        # the range (x * (1 + erf) before the halving); bfloat16 does both on
+        # an AVX-512 machine where float16 does neither. Where eager does, so
+        # must we.
         def exact(x: Expr) -> Expr:
             if overflows:
                 value = call("mul", call("mul", x, _one_plus_erf(x, c)), c(0.5))
@@ -345,20 +349,20 @@ def _one_plus_erf(x: Expr, c) -> Expr:
 
 
 @functools.cache
-def _vectorized_gelu_quirks() -> tuple[bool, bool]:
-    """(NaN for +inf, overflow near the top) of eager's vectorized float32
-    erf-gelu on this machine, read off the kernel itself once per process."""
-    probe = torch.zeros(64)
-    probe[0], probe[1] = math.inf, 3e38
+def _vectorized_gelu_quirks(dtype: torch.dtype) -> tuple[bool, bool]:
+    """(NaN for +inf, overflow near the top) of eager's vectorized erf-gelu in
+    ``dtype`` on this machine, read off the kernel itself once per process."""
+    probe = torch.zeros(64, dtype=dtype)
+    probe[0], probe[1] = math.inf, torch.finfo(dtype).max * 0.9
     out = torch.nn.functional.gelu(probe)
     return bool(out[0].isnan()), bool(out[1].isinf())
 
 
 def _vectorized_gelu(a: object) -> bool:
-    """Whether eager runs this gelu through its vectorized float32 kernel."""
+    """Whether eager runs this gelu through its vectorized kernel."""
     return (
         isinstance(a, TV)
-        and a.dtype == torch.float32
+        and a.dtype.is_floating_point
         and a.meta.is_contiguous()
         and a.meta.numel() > 1
     )

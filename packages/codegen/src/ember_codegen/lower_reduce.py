@@ -14,7 +14,16 @@ from .indexing import ZERO, Index, Indirect
 from .ir import Expr, IndexValue, ReduceKind
 from .lower_layout import index_test
 from .lower_pointwise import call
-from .lowering import TV, Lowerer, Unsupported, cast, constant, extern, register
+from .lowering import (
+    TV,
+    Lowerer,
+    Unsupported,
+    cast,
+    constant,
+    contiguous,
+    extern,
+    register,
+)
 
 aten = torch.ops.aten
 
@@ -199,11 +208,15 @@ def _clamped(position: Index, size: int) -> Index:
 def _max_pool2d(
     lo: Lowerer, x: TV, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False
 ):
-    """The argmax over each window (of several NaNs the last, as torch), then
-    the input at it. A window position in the padding reads the nearest input
-    row or column instead of -inf: with unit dilation that element is in the
-    same window and comes first in scan order exactly where torch's first
-    valid element would, so values, ties and all -inf windows match torch."""
+    """The values as the max over each window (NaN if any is NaN, as torch), and
+    the indices as the argmax over it (of several NaNs the last, as torch): two
+    reductions, so that where only the values are used (inference) no argmax
+    is computed. A window position in the padding reads the nearest input row
+    or column instead of -inf: with unit dilation that element is in the same
+    window and comes first in scan order exactly where torch's first valid
+    element would, so values, ties and all -inf windows match torch. Windows
+    that never leave the input read it without clamping (plain strided loads,
+    which a kernel can run by columns)."""
     kernel = _pair(kernel_size)
     step = _pair(stride) if stride else kernel
     pad = _pair(padding)
@@ -211,35 +224,46 @@ def _max_pool2d(
         raise Unsupported
     values_meta, indices_meta = lo.out_meta
     batch, (height, width) = len(x.sizes) - 2, x.sizes[-2:]
+    outs = values_meta.shape[-2:]
+    inside = [
+        pad[a] == 0 and (outs[a] - 1) * step[a] + kernel[a] <= x.sizes[batch + a]
+        for a in range(2)
+    ]
+
+    def place(out: Index, window: Index, axis: int) -> Index:
+        position = out * step[axis] + window - pad[axis]
+        if inside[axis]:
+            return position
+        return _clamped(position, (height, width)[axis])
 
     def at(index, rows: Index, cols: Index) -> list[Index]:
-        row = _clamped(index[batch] * step[0] + rows - pad[0], height)
-        col = _clamped(index[batch + 1] * step[1] + cols - pad[1], width)
+        row, col = place(index[batch], rows, 0), place(index[batch + 1], cols, 1)
         return [*index[:batch], row, col]
 
+    def window(index, rindex) -> Expr:
+        return lo.load(x, at(index, *rindex))
+
+    shape = list(values_meta.shape)
+    largest = lo.reduction(shape, list(kernel), ReduceKind.MAX, x.dtype, window)
+    values = largest
+    if values_meta.stride() != contiguous(shape):
+        values = lo.pointwise(
+            shape, x.dtype, lambda index: lo.load(largest, index), values_meta.stride()
+        )
     position = lo.reduction(
-        list(values_meta.shape),
+        shape,
         list(kernel),
         ReduceKind.ARGMAX_LAST_NAN,
         torch.int64,
-        lambda index, rindex: lo.load(x, at(index, *rindex)),
+        window,
         acc_dtype=x.dtype,
     )
 
-    def window_at(index) -> list[Index]:
-        found = Index(((Indirect(lo.load(position, index), kernel[0] * kernel[1]), 1),))
-        return at(index, found // kernel[1], found % kernel[1])
-
     def flat(index) -> Expr:
-        *_, row, col = window_at(index)
+        found = Index(((Indirect(lo.load(position, index), kernel[0] * kernel[1]), 1),))
+        *_, row, col = at(index, found // kernel[1], found % kernel[1])
         return IndexValue(row * width + col)
 
-    values = lo.pointwise(
-        values_meta.shape,
-        x.dtype,
-        lambda index: lo.load(x, window_at(index)),
-        values_meta.stride(),
-    )
     indices = lo.pointwise(indices_meta.shape, torch.int64, flat, indices_meta.stride())
     return values, indices
 
