@@ -138,10 +138,18 @@ def test_inputs_sharing_memory_with_a_mutated_input_run_eagerly():
     compiled = aot_compile(
         graph_of(fn, 2), [torch.randn(3), torch.randn(3)], lambda g, e: g
     )
-    a = torch.zeros(3)
-    (out,) = compiled(a, a)
-    torch.testing.assert_close(out, torch.full((3,), 2.0))
-    torch.testing.assert_close(a, torch.ones(3))
+    # Apart first, so that the check's memory of unshared addresses is filled;
+    # then the same tensor twice, and a view of a tensor it already saw.
+    b, c = torch.zeros(3), torch.zeros(3)
+    (out,) = compiled(b, c)
+    torch.testing.assert_close(out, torch.zeros(3))
+    (out,) = compiled(b, b)
+    torch.testing.assert_close(out, torch.full((3,), 4.0))
+    torch.testing.assert_close(b, torch.full((3,), 2.0))
+    (out,) = compiled(b, c)
+    torch.testing.assert_close(out, torch.zeros(3))
+    (out,) = compiled(b, b.view(3))
+    torch.testing.assert_close(out, torch.full((3,), 8.0))
 
 
 def test_in_place_on_an_input_that_requires_grad_is_refused():

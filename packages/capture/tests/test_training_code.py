@@ -90,6 +90,25 @@ def test_a_float_in_a_param_group_is_an_input():
     assert cache.captures == 1
 
 
+def test_float_inputs_of_one_value_share_a_tensor_only_where_safe():
+    """A float input's tensor is made once per value: 0.0 and -0.0 stay apart,
+    and one first made under inference_mode still joins a training graph."""
+
+    def scale(x, a):
+        return x * a
+
+    cache = CaptureCache(scale)
+    x = torch.randn(4)
+    for a in (0.0, -0.0, 0.0):
+        assert torch.equal(cache(x, a).signbit(), (x * a).signbit())
+    with torch.inference_mode():
+        cache(x, 0.25)
+    w = torch.randn(4, requires_grad=True)
+    cache(w, 0.25).sum().backward()  # saves the 0.25 tensor for its backward
+    assert torch.equal(w.grad, torch.full((4,), 0.25))
+    assert cache.captures == 3  # inference_mode and requires_grad are guarded
+
+
 def test_a_0d_tensor_as_an_ops_number():
     def step(p, a, b, size):
         return p.clone().addcdiv_(a, b, value=-size), torch.add(p, a, alpha=size)

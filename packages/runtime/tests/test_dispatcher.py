@@ -1,5 +1,6 @@
 """Dispatcher behaviour with converters made of plain guarded entries."""
 
+import inspect
 import threading
 import time
 import warnings
@@ -269,3 +270,53 @@ def test_misses_after_giving_up_or_the_warning_skip_naming_the_guard():
         limited("c")
     limited("d")  # warned once already: no reason computed again
     assert named == ["a", "c"]
+
+
+def test_guards_see_locals_as_the_function_binds_them():
+    """The locals a guard reads, for every way of declaring parameters: the
+    fast paths (positional, ``*args``, ``**kwargs``) agree with inspect's."""
+
+    def plain(a, b):
+        pass
+
+    def wrapper(*args, **kwargs):
+        pass
+
+    def method(self, *rest):
+        pass
+
+    def options(x, **extra):
+        pass
+
+    def defaults(x, y=2, *, z=3):
+        pass
+
+    calls = [
+        (plain, (1, 2), {}),
+        (plain, (1,), {"b": 2}),
+        (wrapper, (), {}),
+        (wrapper, (1, 2), {}),
+        (wrapper, (1,), {"k": 3}),
+        (method, ("self",), {}),
+        (method, ("self", 1, 2), {}),
+        (options, (1,), {}),
+        (options, (1,), {"o": 2}),
+        (defaults, (1,), {}),
+        (defaults, (1, 5), {"z": 4}),
+    ]
+    for fn, args, kwargs in calls:
+        seen = []
+
+        def convert(args, kwargs, seen=seen):
+            return GuardedEntry(
+                check=lambda f_locals: seen.append(dict(f_locals)) or False,
+                failure=lambda f_locals: None,
+                run=lambda *a, **k: None,
+            )
+
+        d = Dispatcher(fn, convert)
+        d(*args, **kwargs)  # compiles an entry whose guard then fails
+        d(*args, **kwargs)
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        assert seen[-1] == dict(bound.arguments), fn.__name__
