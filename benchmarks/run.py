@@ -2,23 +2,31 @@
 
 Each workload is timed in one process: eager, ember, and torch.compile as the
 reference (skip it with --no-torch-compile). Steady-state times are medians of
-repeated calls after warm-up; compile time is the first call's time, measured
-separately. Inference workloads run under no_grad; the training step runs the
-forward and the backward (gradients set to None between steps, as an optimizer's
-zero_grad does). Run with `nox -s bench` (or `python benchmarks/run.py`);
-``--profile`` also prints where ember's time goes in each workload, per kernel
-and library call (``ember.profile``); ``--only TEXT`` runs the workloads whose
-name contains TEXT. The last column compares ember's result (outputs, or the
-training step's gradients) with eager's.
+repeated calls after warm-up, the three variants taking turns in rounds
+(``timing.interleaved_ms``). Compile time is the first call's time, twice: cold,
+in this process with empty caches (ember's and Inductor's folders are fresh
+temporary ones), and warm, in a new process that finds the caches this one
+filled, counting ``import ember`` for ember (torch.compile imports its compiler
+inside its first call). Inference workloads run under no_grad; the training step
+runs the forward and the backward (gradients set to None between steps, as an
+optimizer's zero_grad does). Run with `nox -s bench` (or `python
+benchmarks/run.py`); ``--profile`` also prints where ember's time goes in each
+workload, per kernel and library call (``ember.profile``); ``--only TEXT`` runs
+the workloads whose name contains TEXT. The last column compares ember's result
+(outputs, or the training step's gradients) with eager's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 
 import torch
-from timing import first_call_seconds, steady_ms
+from timing import first_call_seconds, interleaved_ms
 from workloads import WORKLOADS, Workload, demo_block
 
 import ember
@@ -67,8 +75,8 @@ def _runner(workload: Workload, fn: Callable, wrap: Callable) -> Callable:
 
 
 def measure(workload: Workload, repeats: int, reference: bool, profile: bool):
-    """A row: eager ms, ember ms, ember compile s, [torch.compile s and ms], the
-    largest relative error of ember against eager, and ember's profile."""
+    """A row: steady ms per variant, cold compile s per compiler, the largest
+    relative error of ember against eager, and ember's profile."""
     torch.manual_seed(0)
     fn, inputs = workload.make()
     eager = _runner(workload, fn, lambda f: f)
@@ -76,17 +84,56 @@ def measure(workload: Workload, repeats: int, reference: bool, profile: bool):
     with torch.set_grad_enabled(workload.training):
         want = eager(*inputs)
         want = [t.clone() for t in _flat(want)]
-        eager_ms = steady_ms(eager, inputs, repeats)
-        ember_compile = first_call_seconds(compiled, inputs)
+        cold = {"ember": first_call_seconds(compiled, inputs)}
         error = _max_error(compiled(*inputs), want)
-        ember_ms = steady_ms(compiled, inputs, repeats)
-        row = [eager_ms, ember_ms, ember_compile]
+        calls = {"eager": (eager, inputs), "ember": (compiled, inputs)}
         if reference:
             tc = _runner(workload, fn, torch.compile)
-            row.append(first_call_seconds(tc, inputs))
-            row.append(steady_ms(tc, inputs, repeats))
+            cold["torch.compile"] = first_call_seconds(tc, inputs)
+            calls["torch.compile"] = (tc, inputs)
+        ms = interleaved_ms(calls, repeats)
         report = _profile(compiled, inputs, repeats) if profile else None
-    return row, error, report
+    return ms, cold, error, report
+
+
+# A new process's first call, on the caches the benchmark process filled: the
+# time from before ``import ember`` (or torch.compile's first call) to the end
+# of the first call. torch is imported before the clock starts, for both.
+_WARM_START = """
+import sys, time
+import torch
+torch.set_num_threads({threads})
+sys.path.insert(0, {folder!r})
+start = time.perf_counter()
+if {compiler!r} == "ember":
+    import ember
+    wrap = ember.compile
+else:
+    wrap = torch.compile
+import run
+workload = run.ALL[{name!r}]
+torch.manual_seed(0)
+fn, inputs = workload.make()
+compiled = run._runner(workload, fn, wrap)
+with torch.set_grad_enabled(workload.training):
+    start_call = time.perf_counter()
+    compiled(*inputs)
+print(time.perf_counter() - start, time.perf_counter() - start_call)
+"""
+
+
+def warm_start_seconds(name: str, compiler: str) -> float:
+    """Seconds of a new process's warm start (see ``_WARM_START``)."""
+    code = _WARM_START.format(
+        threads=torch.get_num_threads(),
+        folder=os.path.dirname(os.path.abspath(__file__)),
+        compiler=compiler,
+        name=name,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    return float(out.stdout.split()[-2])
 
 
 def main() -> None:
@@ -97,29 +144,36 @@ def main() -> None:
     parser.add_argument("--only", help="run the workloads whose name contains this")
     args = parser.parse_args()
     reference = not args.no_torch_compile
+    compilers = ["ember", "torch.compile"] if reference else ["ember"]
 
-    header = "| workload | eager ms | ember ms | eager/ember | ember compile s |"
+    header = "| workload | eager ms | ember ms | eager/ember |"
     if reference:
-        header += " torch.compile compile s | torch.compile ms | eager/tc |"
+        header += " torch.compile ms | eager/tc |"
+    for kind in ("cold", "warm"):
+        header += "".join(f" {c} {kind} s |" for c in compilers)
     header += " max rel. error |"
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     profiles = []
-    for name, workload in ALL.items():
-        if args.only and args.only not in name:
-            continue
-        row, error, report = measure(workload, args.repeats, reference, args.profile)
-        eager, ember_ms, ember_compile, *ref = row
-        line = (
-            f"| {name} | {eager:.3f} | {ember_ms:.3f} | {eager / ember_ms:.2f} "
-            f"| {ember_compile:.2f} |"
-        )
-        if ref:
-            tc_compile, tc_ms = ref
-            line += f" {tc_compile:.2f} | {tc_ms:.3f} | {eager / tc_ms:.2f} |"
-        print(line + f" {error:.1e} |", flush=True)
-        if report is not None:
-            profiles.append((name, report))
+    with tempfile.TemporaryDirectory() as caches:
+        os.environ["EMBER_CACHE_DIR"] = os.path.join(caches, "ember")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(caches, "inductor")
+        for name, workload in ALL.items():
+            if args.only and args.only not in name:
+                continue
+            ms, cold, error, report = measure(
+                workload, args.repeats, reference, args.profile
+            )
+            eager, mine = ms["eager"], ms["ember"]
+            line = f"| {name} | {eager:.3f} | {mine:.3f} | {eager / mine:.2f} |"
+            if reference:
+                tc_ms = ms["torch.compile"]
+                line += f" {tc_ms:.3f} | {eager / tc_ms:.2f} |"
+            line += "".join(f" {cold[c]:.2f} |" for c in compilers)
+            line += "".join(f" {warm_start_seconds(name, c):.2f} |" for c in compilers)
+            print(line + f" {error:.1e} |", flush=True)
+            if report is not None:
+                profiles.append((name, report))
     for name, report in profiles:
         print(f"\n## {name}\n{report}")
 

@@ -25,3 +25,18 @@ def steady_ms(fn: Callable, args: tuple, repeats: int) -> float:
         fn(*args)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
+
+
+# Each variant is timed in this many rounds, the variants taking turns, and its
+# median round reported: the shared machine's slow spells then hit all of them.
+ROUNDS = 5
+
+
+def interleaved_ms(calls: dict[str, tuple[Callable, tuple]], repeats: int) -> dict:
+    """Per variant (name -> (fn, args)), the median over ROUNDS rounds of its
+    steady-state milliseconds, the variants timed in turn within each round."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, (fn, args) in calls.items():
+            times[name].append(steady_ms(fn, args, repeats))
+    return {name: statistics.median(t) for name, t in times.items()}

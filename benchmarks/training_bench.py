@@ -6,8 +6,8 @@ backward and step); then a two-process DDP training step of the demo block on
 gloo (eager DDP, DDP around ``ember.compile(model)``, ``ember.compile`` of the
 DDP module, and torch.compile of it), one thread per process.
 Steady-state medians, compile time apart; ratios are eager time / compiled time.
-The single-process rows time each variant in ROUNDS rounds, taking turns, and
-report its median round.
+The single-process rows time each variant in rounds, taking turns
+(``timing.interleaved_ms``), and report its median round.
 
     python benchmarks/training_bench.py [--repeats N] [--no-reference] [--no-ddp]
 """
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from timing import first_call_seconds, steady_ms
+from timing import first_call_seconds, interleaved_ms
 
 import ember
 from ember.demo import Block
@@ -67,22 +67,8 @@ def _row(name: str, eager_ms: float, ember_ms: float, ember_s: float, ref) -> st
     return row
 
 
-# Each variant is timed in this many rounds, the variants taking turns, and
-# its median round reported: the machine's slow spells then hit all of them.
-ROUNDS = 5
-
-
-def _interleaved(calls: dict[str, tuple], repeats: int) -> dict[str, float]:
-    """Median over ROUNDS of each variant's steady ms, the variants in turn."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(ROUNDS):
-        for name, (fn, args) in calls.items():
-            times[name].append(steady_ms(fn, args, repeats))
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def _report(name: str, calls: dict, compile_s: dict, repeats: int) -> str:
-    ms = _interleaved(calls, repeats)
+    ms = interleaved_ms(calls, repeats)
     ref = None
     if "torch.compile" in ms:
         ref = (ms["torch.compile"], compile_s["torch.compile"])
