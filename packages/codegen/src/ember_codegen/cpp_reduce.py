@@ -215,16 +215,19 @@ def _reduce_loops(
 def _tree_combine(group: list[Reduction], indent: str, lanes: int) -> list[str]:
     """Fold the lanes pairwise (k with k + w, w halving): a fixed order, so
     the result is deterministic, and each level vectorizes."""
-    if lanes == 1:
-        return []
-    lines = [f"{indent}for (int w = {lanes // 2}; w > 0; w /= 2) {{"]
-    lines.append(f"{indent}  #pragma omp simd")
-    lines.append(f"{indent}  for (int k = 0; k < w; ++k) {{")
-    for red in group:
-        acc = f"{red.name}_acc"
-        fold = _fold(red, _slot(red, acc, "k"), *_slot(red, acc, "k + w"))
-        lines.append(f"{indent}    {fold}")
-    lines += [f"{indent}  }}", f"{indent}}}"]
+    lines = []
+    # One loop per level with a constant width, so that the compiler sees
+    # whole vectors in each (a loop over a halving ``w`` left it scalar code).
+    w = lanes // 2
+    while w > 0:
+        lines.append(f"{indent}#pragma omp simd")
+        lines.append(f"{indent}for (int k = 0; k < {w}; ++k) {{")
+        for red in group:
+            acc = f"{red.name}_acc"
+            fold = _fold(red, _slot(red, acc, "k"), *_slot(red, acc, f"k + {w}"))
+            lines.append(f"{indent}  {fold}")
+        lines.append(f"{indent}}}")
+        w //= 2
     return lines
 
 
