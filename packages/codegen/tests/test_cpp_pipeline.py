@@ -171,6 +171,37 @@ def test_mean_and_variance_share_one_pass_and_feed_the_epilogue(cpp):
     assert merged, compiled.cpp_source
 
 
+def test_a_transposed_result_loops_innermost_along_its_contiguous_dim(cpp):
+    """``k.transpose(-2, -1) * scale`` keeps the input's strides: the loop over
+    the dim that both the read and the write step through by one runs inside,
+    so neither strides through memory."""
+
+    def fn(k):
+        return (aten.mul.Scalar(aten.transpose.int(k, -2, -1), 0.125),)
+
+    k = torch.randn(2, 3, 40, 16)
+    compiled = cpp(fn, k)
+    check(compiled, fn, k)
+    source = compiled.cpp_source
+    inner = source.index("for (int64_t i2 = 0; i2 < 16; ++i2)")
+    assert source.index("for (int64_t i3 = 0; i3 < 40; ++i3)") < inner
+    assert compiled(k)[0].stride() == fn(k)[0].stride()
+
+
+def test_stages_reading_each_other_across_the_row_keep_the_row_inner(cpp):
+    """A stage that reads another stage's row elsewhere than at its own
+    element (a flip of a transposed product) needs that row complete first."""
+
+    def fn(x):
+        y = aten.mul.Scalar(aten.transpose.int(x, 0, 1), 2.0)
+        z = aten.add.Tensor(y, aten.flip.default(y, [1]))
+        return (y, z)
+
+    x = torch.randn(24, 20)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+
+
 def test_dead_buffer_memory_is_reused(cpp):
     def fn(x, w):
         a = aten.mm.default(x, w)  # a library output that dies in the next loop

@@ -26,7 +26,7 @@ from .cpp_expr import (
     store_code,
     value_type,
 )
-from .cpp_reduce import column_reductions, next_rows, reductions
+from .cpp_reduce import column_reductions, next_rows, reductions, var_step
 from .indexing import Index, render, substitute, var
 from .ir import (
     C_TYPES,
@@ -115,6 +115,9 @@ def emit_kernel(
     if columns is not None:
         return "\n".join([*lines, *columns, "}"])
     indent = "  "
+    inner = None if checked else _inner_dim(kernel, scope)
+    if inner is not None:
+        return "\n".join([*lines, *_reordered(kernel, scope, inner, parallel), "}"])
     if outer and parallel and numel(outer) > 1:
         collapse = f" collapse({len(outer)})" if len(outer) > 1 else ""
         lines.append(f"{indent}#pragma omp parallel for{collapse}")
@@ -167,6 +170,71 @@ def emit_kernel(
         lines.append("  return ember_oob;")
     lines.append("}")
     return "\n".join(lines)
+
+
+def _inner_dim(kernel: Kernel, scope: Scope) -> int | None:
+    """The dim to run innermost in a kernel of pointwise stages over one set of
+    sizes, when it is not the last: the one along which the most loads and
+    stores step by exactly one element (they vectorize), where that beats the
+    last dim. A transposed copy (``k.transpose(-2, -1) * scale``, stored with
+    the input's strides) then reads and writes contiguously instead of both
+    with a stride. Ties keep the last dim; size-1 dims never win."""
+    stages = kernel.stages
+    if not stages or not all(isinstance(s, Pointwise) for s in stages):
+        return None
+    sizes = stages[0].sizes
+    if len(sizes) < 2 or len(kernel.outer) != len(sizes) - 1:
+        return None
+    if any(s.sizes != sizes or s.name not in scope.strides for s in stages):
+        return None
+    # A stage reading an earlier one elsewhere than at its own element relies
+    # on the earlier stage's whole inner loop having run first.
+    here = [f"i{d}" for d in range(len(sizes))]
+    names = {s.name for s in stages}
+    for ld in (ld for s in stages for ld in loads(s.expr) if ld.name in names):
+        if [render(ix) for ix in ld.index] != here:
+            return None
+    flats = [
+        offset(tuple(ivar(d) for d in range(len(sizes))), scope.strides[s.name])
+        for s in stages
+    ]
+    flats += [
+        offset(ld.index, scope.strides[ld.name])
+        for s in stages
+        for ld in loads(s.expr)
+        if ld.name in scope.strides
+    ]
+
+    def unit_steps(d: int) -> int:
+        return sum(var_step(flat, f"i{d}") == 1 for flat in flats)
+
+    last = len(sizes) - 1
+    best = max((d for d in range(last) if sizes[d] > 1), key=unit_steps, default=None)
+    if best is None or unit_steps(best) <= unit_steps(last):
+        return None
+    return best
+
+
+def _reordered(kernel: Kernel, scope: Scope, inner: int, parallel: bool) -> list[str]:
+    """The loops of ``_inner_dim``'s kernel with dim ``inner`` innermost: the
+    other dims outside (on the OpenMP team), then each stage's loop."""
+    sizes = kernel.stages[0].sizes
+    others = [d for d in range(len(sizes)) if d != inner]
+    indent, lines = "  ", []
+    if parallel and numel([sizes[d] for d in others]) > 1:
+        collapse = f" collapse({len(others)})" if len(others) > 1 else ""
+        lines.append(f"{indent}#pragma omp parallel for{collapse}")
+    for d in others:
+        lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")
+        indent += "  "
+    for stage in kernel.stages:
+        lines.append(f"{indent}{{  // {stage.name} = {describe_origin(stage.origin)}")
+        lines += _store_loop(
+            stage.name, sizes, len(sizes), stage.expr, scope, indent, False, (inner,)
+        )
+        lines.append(f"{indent}}}")
+    close_loops(len(others), indent, lines)
+    return lines
 
 
 def _work(stage) -> int:
@@ -275,15 +343,21 @@ def _store_loop(
     scope: Scope,
     indent: str,
     parallel: bool,
+    dims: tuple[int, ...] = (),
 ) -> list[str]:
-    """Loops over ``sizes[first:]`` (the outer ones are open) storing ``expr``
-    into ``name``; ``parallel`` puts the first loop on the OpenMP team."""
+    """Loops over ``sizes[first:]`` and then over ``dims`` (the other loops are
+    open) storing ``expr`` into ``name``; ``parallel`` puts the first loop on
+    the OpenMP team."""
     indent += "  "
     lines = []
     inner = sizes[first:]
-    if parallel and inner:
+    if parallel and (inner or dims):
         lines.append(f"{indent}#pragma omp parallel for")
     body_indent = open_loops(inner, first, "i", indent, lines)
+    for d in dims:
+        v = f"i{d}"
+        lines.append(f"{body_indent}for (int64_t {v} = 0; {v} < {sizes[d]}; ++{v}) {{")
+        body_indent += "  "
     body = Body(scope, body_indent)
     value = body.value(expr)
     lines += body.lines
@@ -292,7 +366,7 @@ def _store_loop(
     if expr.dtype in HALF_TYPES:
         value = store_code(expr.dtype, value)
     lines.append(f"{body_indent}{name}[{at}] = {value};")
-    close_loops(len(inner), body_indent, lines)
+    close_loops(len(inner) + len(dims), body_indent, lines)
     return lines
 
 

@@ -552,7 +552,7 @@ def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
             flat = offset(ld.index, scope.strides[ld.name])
             if indirect_terms(flat):
                 return False
-            out_step, red_step = _step(flat, i_last), _step(flat, r_last)
+            out_step, red_step = var_step(flat, i_last), var_step(flat, r_last)
             if out_step is None or red_step is None:
                 return False
             if red_step == 1 and out_step != 0 and not window:
@@ -563,13 +563,13 @@ def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
     return along_output
 
 
-def _step(flat: Index, name: str) -> int | None:
+def var_step(flat: Index, name: str) -> int | None:
     """How far ``flat`` moves when loop variable ``name`` grows by one, or None
     when it appears inside a division or modulo."""
     step = 0
     for term, coef in flat.terms:
         if isinstance(term, Var):
             step += coef if term.name == name else 0
-        elif isinstance(term, (Div, Mod)) and _step(term.num, name) != 0:
+        elif isinstance(term, (Div, Mod)) and var_step(term.num, name) != 0:
             return None
     return step
