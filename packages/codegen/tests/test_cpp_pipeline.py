@@ -202,6 +202,53 @@ def test_stages_reading_each_other_across_the_row_keep_the_row_inner(cpp):
     check(compiled, fn, x)
 
 
+def _heads_back_to_rows(o):
+    """Attention's output (batch * heads, seq, dim) back to (batch * seq, model
+    dim), as nn.MultiheadAttention does before its output projection."""
+    o = aten.view.default(o, [4, 4, 64, 32])
+    o = aten.permute.default(o, [0, 2, 1, 3])
+    o = aten.clone.default(o, memory_format=torch.contiguous_format)
+    return aten.view.default(o, [256, 128])
+
+
+def test_a_copy_viewed_flat_is_computed_in_its_own_layout(cpp):
+    """The copy of a permute, viewed flat for a matmul, is computed as the copy
+    (no division or modulo in its loops) and the flat view is free."""
+
+    def fn(a, b, w):
+        return (aten.mm.default(_heads_back_to_rows(aten.bmm.default(a, b)), w),)
+
+    inputs = torch.randn(16, 64, 64), torch.randn(16, 64, 32), torch.randn(128, 128)
+    compiled = cpp(fn, *inputs)
+    check(compiled, fn, *inputs)
+    assert "%" not in compiled.cpp_source.split('extern "C"', 1)[1]
+    assert re.search(r"buf\d+\.as_strided\(\(256, 128\)", compiled.wrapper_source)
+
+
+def test_a_copy_a_library_call_took_as_a_view_stays_one(cpp):
+    """When a library call already took the copy as a view of its source, the
+    flat view after it reads the source as it is (the copy has no memory)."""
+
+    def fn(a, b, v, w):
+        o = aten.bmm.default(a, b)  # (16, 64, 32)
+        heads = aten.clone.default(
+            aten.permute.default(o, [1, 0, 2]), memory_format=torch.contiguous_format
+        )
+        first = aten.bmm.default(heads, v)  # takes the permuted view of o
+        rows = aten.view.default(heads, [1024, 32])
+        return (first, aten.mm.default(rows, w))
+
+    inputs = (
+        torch.randn(16, 64, 64),
+        torch.randn(16, 64, 32),
+        torch.randn(64, 32, 8),
+        torch.randn(32, 8),
+    )
+    compiled = cpp(fn, *inputs)
+    check(compiled, fn, *inputs)
+    assert "%" in compiled.cpp_source  # the flat view reads o through div/mod
+
+
 def test_dead_buffer_memory_is_reused(cpp):
     def fn(x, w):
         a = aten.mm.default(x, w)  # a library output that dies in the next loop

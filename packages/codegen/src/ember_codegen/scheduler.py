@@ -191,6 +191,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         through_copy = isinstance(node, Pointwise) and (
             not node.view or any(ld.name in copied for ld in loads(node.expr))
         )
+        original = node
         node = inline_loads(node, inlined)
         if isinstance(node, (Reduction, Scatter, Scan)):
             compute.append(node)
@@ -202,6 +203,23 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         # and so must a view of one.
         may_alias = not through_copy or node.name not in outputs
         view = pure_view(node, lowered) if as_tensor and may_alias else None
+        source = _copy_viewed(original, views, copied) if as_tensor else None
+        if (
+            view is None
+            and source is not None
+            and not any(source in _reads(c) for c in compute)
+        ):
+            # A copy taken as a view of its own source (a clone of a permute)
+            # and then viewed with split or merged dims (flattened for a
+            # matmul) is no view of that source: compute the copy in its own
+            # layout, which the view then is a view of, instead of reading
+            # the source through divisions and modulos here. (Not once a step
+            # before this one took the copy as that view.)
+            del views[source]
+            compute.append(inlined.pop(source))
+            realized.add(source)
+            node = inline_loads(original, inlined)
+            view = pure_view(node, lowered) if may_alias else None
         if (
             view is not None
             and view.base in realized
@@ -220,6 +238,17 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         if through_copy:
             copied.add(node.name)
     return _group(compute, views, outputs, lowered)
+
+
+def _copy_viewed(
+    node: Node, views: dict[str, AliasView], copied: set[str]
+) -> str | None:
+    """The copy that view ``node`` reads, where that copy became a strided view
+    of its own source instead of memory of its own."""
+    if not (isinstance(node, Pointwise) and node.view and isinstance(node.expr, Load)):
+        return None
+    name = node.expr.name
+    return name if name in views and name in copied else None
 
 
 def inline_loads(node: Stage, inlined: dict[str, Pointwise]) -> Stage:
