@@ -176,6 +176,24 @@ def test_decomposed_graph_is_core_only(name):
         assert not outside, f"{name}: not in the core set: {sorted(outside)}"
 
 
+def test_logsumexp_takes_its_log_at_the_reduced_shape():
+    """Without keepdim the log and the add follow a plain sum (no size-1 dim
+    and no squeeze after them), so codegen runs them in the sum's loops."""
+    x = torch.randn(4, 5, 6)
+    compiled = aot_compile(
+        graph_of(lambda x: (torch.logsumexp(x, 1),), 1), [x], lambda g, e: g
+    )
+    (log,) = [n for n in compiled.forward.graph.nodes if n.target is aten.log.default]
+    summed = log.args[0]
+    assert summed.target is aten.sum.dim_IntList and summed.args[2:] in ((), (False,))
+    assert list(log.meta["val"].shape) == [4, 6]
+    assert not any(
+        n.target is aten.squeeze.dims and n.args[0].target is aten.add.Tensor
+        for n in compiled.forward.graph.nodes
+    )
+    torch.testing.assert_close(compiled(x)[0], torch.logsumexp(x, 1))
+
+
 def test_dropout_matches_eager_under_the_same_seed():
     def fn(x):
         return (F.dropout(x, 0.3, training=True) * 2,)

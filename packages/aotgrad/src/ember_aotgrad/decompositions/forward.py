@@ -324,9 +324,14 @@ def logsumexp(x, dim, keepdim=False):
     dims = reduce_dims(x, dim)
     top = aten.amax.default(x, dims, True)
     top = aten.where.self(aten.isinf.default(top), scalar(0, top), top)
-    summed = sum_keep(aten.exp.default(aten.sub.Tensor(x, top)), dims)
-    out = aten.add.Tensor(aten.log.default(summed), top)
-    return out if keepdim else aten.squeeze.dims(out, dims)
+    shifted = aten.exp.default(aten.sub.Tensor(x, top))
+    if keepdim:
+        return aten.add.Tensor(aten.log.default(sum_keep(shifted, dims)), top)
+    # The log and the add at the reduced shape, not the kept one: codegen then
+    # runs them in the sum's own loop nest (a pointwise stage over the
+    # reduction's output sizes), by columns too for a middle or first dim.
+    summed = aten.sum.dim_IntList(shifted, dims)
+    return aten.add.Tensor(aten.log.default(summed), aten.squeeze.dims(top, dims))
 
 
 # -- losses and embedding ------------------------------------------------------
