@@ -26,6 +26,8 @@ def test_matmul_bias_relu_is_one_extern_and_one_loop(cpp):
     assert compiled.fallback_ops == ()
     # The transpose is a strided view handed to the library, not a copy.
     assert "w.as_strided((16, 32), (1, 16)" in compiled.wrapper_source
+    # Through torch's public function: the same kernel, less Python per call.
+    assert "= torch.addmm(b, x, " in compiled.wrapper_source
 
 
 def test_mm_add_relu_epilogue_fuses_into_one_loop(cpp):
