@@ -246,6 +246,26 @@ def test_exp_within_one_ulp_of_float64_down_into_denormals(cpp):
     assert torch.equal(got[~finite], exact.float()[~finite])  # inf where it overflows
 
 
+def test_log_within_one_ulp_of_float64_over_every_binade(cpp):
+    """ember_log on a sample of every positive float's bit pattern (denormals
+    and both sides of sqrt(2) included), and torch's value at the edges."""
+    fn = lambda x: (aten.log.default(x),)  # noqa: E731
+    bits = torch.arange(1, 0x7F800000, 4099, dtype=torch.int64).to(torch.int32)
+    edges = [0.0, -0.0, -1.0, math.inf, -math.inf, math.nan, 1.0, 2.0**-149]
+    x = torch.cat([bits.view(torch.float32), torch.tensor([*edges, 1.4142135])])
+    compiled = cpp(fn, x)
+    assert "ember_log(" in compiled.cpp_source
+    got = compiled(x)[0]
+    exact = torch.log(x.double())
+    spacing = torch.nextafter(exact.float(), torch.tensor(math.inf)) - exact.float()
+    finite = torch.isfinite(exact)
+    ulps = (got.double() - exact).abs() / spacing.double()
+    assert ulps[finite].max() <= 1.0
+    assert torch.equal(
+        got[~finite].nan_to_num(7.0), torch.log(x)[~finite].nan_to_num(7.0)
+    )
+
+
 # Each branch's edges (erf: 0.5, 2, 4 and 3.92, where it rounds to 1; tanh: 0.7
 # and 44, where its exp overflows), tiny and denormal inputs.
 EDGES_OF = {

@@ -190,6 +190,22 @@ def test_a_transposed_result_loops_innermost_along_its_contiguous_dim(cpp):
     assert compiled(k)[0].stride() == fn(k)[0].stride()
 
 
+def test_a_column_result_keeps_its_loop_on_the_thread_team(cpp):
+    """A (n, 1) result of a transposed row: moving its only long dim inside
+    would take the loop off the OpenMP team, so the logical order stays."""
+
+    def fn(x):
+        return (aten.mul.Scalar(aten.transpose.int(x, 0, 1), 3.0),)
+
+    x = torch.randn(1, 65536)
+    compiled = cpp(fn, x)
+    # (The size-1 dim's stride is 1 where eager's is 65536: compare values.)
+    torch.testing.assert_close(compiled(x)[0], fn(x)[0])
+    source = compiled.cpp_source
+    loop = source.index("for (int64_t i0 = 0; i0 < 65536; ++i0)")
+    assert "#pragma omp parallel for" in source[:loop]
+
+
 def test_stages_reading_each_other_across_the_row_keep_the_row_inner(cpp):
     """A stage that reads another stage's row elsewhere than at its own
     element (a flip of a transposed product) needs that row complete first."""

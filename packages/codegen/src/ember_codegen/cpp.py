@@ -212,6 +212,9 @@ def _inner_dim(kernel: Kernel, scope: Scope) -> int | None:
     best = max((d for d in range(last) if sizes[d] > 1), key=unit_steps, default=None)
     if best is None or unit_steps(best) <= unit_steps(last):
         return None
+    # Other dims of size 1 only: the logical order keeps the loop on the team.
+    if numel([n for d, n in enumerate(sizes) if d != best]) == 1:
+        return None
     return best
 
 
