@@ -187,7 +187,7 @@ class CompiledAot:
             at = None
         if at is not None and at == self._unshared_at:
             return False
-        shared = _shares_memory(inputs, self.layout.mutated_inputs)
+        shared = _storages_shared(inputs, self.layout.mutated_inputs)
         if not shared:
             self._unshared_at = at
         return shared
@@ -205,7 +205,7 @@ class CompiledAot:
         return spec.value
 
 
-def _shares_memory(inputs: tuple, mutated: tuple[int, ...]) -> bool:
+def _storages_shared(inputs: tuple, mutated: tuple[int, ...]) -> bool:
     written = {inputs[i].untyped_storage().data_ptr() for i in mutated}
     if len(written) < len(mutated):
         return True

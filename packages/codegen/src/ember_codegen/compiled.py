@@ -68,7 +68,8 @@ class CompiledGraph:
     library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)
     _namespace: dict = field(init=False, repr=False)  # what the wrapper names
-    _timed: list = field(init=False, repr=False, default_factory=list)
+    # The instrumented wrapper and its rows, made on the first profiled call.
+    _timed: tuple | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         namespace = dict(WRAPPER_GLOBALS, **WRAPPER_HELPERS, **self.constants)
@@ -121,10 +122,10 @@ class CompiledGraph:
 
     def _profiled(self, *inputs: object) -> tuple:
         """The call, timed statement by statement into the active profile."""
-        if not self._timed:  # made on the first profiled call
+        if self._timed is None:
             timed = instrument(self.wrapper_source, self.kernels)
             call = _exec(timed.source, dict(self._namespace), "profiled wrapper")
-            self._timed.extend([call, timed.rows])
+            object.__setattr__(self, "_timed", (call, timed.rows))
         call, rows = self._timed
         title = self.wrapper_source.split("\n", 1)[0].removeprefix("# ember codegen: ")
         profile: GraphProfile = ACTIVE[-1].profile_of(

@@ -26,8 +26,8 @@ from .cpp_expr import (
     store_code,
     value_type,
 )
-from .cpp_reduce import column_reductions, next_rows, reductions, var_step
-from .indexing import Index, render, substitute, var
+from .cpp_reduce import column_reductions, next_rows, reductions
+from .indexing import Index, render, substitute, var, var_step
 from .ir import (
     C_TYPES,
     HALF_TYPES,

@@ -26,7 +26,7 @@ from .cpp_expr import (
     store_code,
     value_type,
 )
-from .indexing import Div, Index, Mod, Var, indirect_terms, render, substitute, var
+from .indexing import Var, indirect_terms, render, substitute, var, var_step
 from .ir import HALF_TYPES, Load, Pointwise, Reduction, describe_origin, loads
 from .lowering import contiguous
 from .scheduler import Kernel
@@ -523,9 +523,7 @@ def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
     if not group or scope.spills:
         return False
     reductions = [s for s in group if isinstance(s, Reduction)]
-    if not reductions or len(reductions) + sum(
-        isinstance(s, Pointwise) for s in group
-    ) != len(group):
+    if not reductions or not all(isinstance(s, (Reduction, Pointwise)) for s in group):
         return False
     first = reductions[0]
     if not first.reduce_sizes or kernel.outer != first.sizes:
@@ -561,15 +559,3 @@ def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
                 window or (out_step == 1 and red_step != 1)
             )
     return along_output
-
-
-def var_step(flat: Index, name: str) -> int | None:
-    """How far ``flat`` moves when loop variable ``name`` grows by one, or None
-    when it appears inside a division or modulo."""
-    step = 0
-    for term, coef in flat.terms:
-        if isinstance(term, Var):
-            step += coef if term.name == name else 0
-        elif isinstance(term, (Div, Mod)) and var_step(term.num, name) != 0:
-            return None
-    return step

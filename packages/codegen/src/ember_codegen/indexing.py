@@ -233,6 +233,18 @@ def indirect_terms(e: Index) -> list[Indirect]:
 Leaf = Callable[[Indirect], str]
 
 
+def var_step(flat: Index, name: str) -> int | None:
+    """How far ``flat`` moves when loop variable ``name`` grows by one, or None
+    when it appears inside a division or modulo."""
+    step = 0
+    for term, coef in flat.terms:
+        if isinstance(term, Var):
+            step += coef if term.name == name else 0
+        elif isinstance(term, (Div, Mod)) and var_step(term.num, name) != 0:
+            return None
+    return step
+
+
 def render_term(term: Term, leaf: Leaf | None = None) -> str:
     if isinstance(term, Var):
         return term.name
