@@ -7,9 +7,11 @@ repeated calls after warm-up, the three variants taking turns in rounds
 in this process with empty caches (ember's and Inductor's folders are fresh
 temporary ones), and warm, in a new process that finds the caches this one
 filled, counting ``import ember`` for ember (torch.compile imports its compiler
-inside its first call). Inference workloads run under no_grad; the training step
-runs the forward and the backward (gradients set to None between steps, as an
-optimizer's zero_grad does). Run with `nox -s bench` (or `python
+inside its first call), with Python's bytecode caches written as an installed
+package has them (a priming process writes them when PYTHONDONTWRITEBYTECODE
+is set, as it is on some machines). Inference workloads run under no_grad; the
+training step runs the forward and the backward (gradients set to None between
+steps, as an optimizer's zero_grad does). Run with `nox -s bench` (or `python
 benchmarks/run.py`); ``--profile`` also prints where ember's time goes in each
 workload, per kernel and library call (``ember.profile``); ``--only TEXT`` runs
 the workloads whose name contains TEXT. The last column compares ember's result
@@ -122,6 +124,21 @@ print(time.perf_counter() - start, time.perf_counter() - start_call)
 """
 
 
+def _new_process(code: str) -> str:
+    """stdout of ``code`` run by a new Python that reads and writes bytecode
+    caches: pip writes them when it installs a package (torch's are there), so a
+    user's warm start does not compile ember's sources from text."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return out.stdout
+
+
 def warm_start_seconds(name: str, compiler: str) -> float:
     """Seconds of a new process's warm start (see ``_WARM_START``)."""
     code = _WARM_START.format(
@@ -130,10 +147,7 @@ def warm_start_seconds(name: str, compiler: str) -> float:
         compiler=compiler,
         name=name,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    return float(out.stdout.split()[-2])
+    return float(_new_process(code).split()[-2])
 
 
 def main() -> None:
@@ -155,6 +169,8 @@ def main() -> None:
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     profiles = []
+    folder = os.path.dirname(os.path.abspath(__file__))
+    _new_process(f"import sys; sys.path.insert(0, {folder!r}); import run")
     with tempfile.TemporaryDirectory() as caches:
         os.environ["EMBER_CACHE_DIR"] = os.path.join(caches, "ember")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(caches, "inductor")

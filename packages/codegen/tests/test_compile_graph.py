@@ -109,3 +109,20 @@ def test_non_aten_node_is_refused():
     for target in ("torch", "cpp"):
         with pytest.raises(CodegenError, match="not an aten op"):
             compile_graph(gm, [torch.randn(2)], target=target)
+
+
+def test_registry_alone_holds_every_family():
+    """The package's LOWERINGS / lower_graph carry every family's rules even in a
+    process that never imported compile_graph (the package exports lazily)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, ember_codegen\n"
+        "table = ember_codegen.LOWERINGS\n"
+        "assert torch.ops.aten.convolution.default in table\n"
+        "assert torch.ops.aten.amax.default in table\n"
+        "assert torch.ops.aten.gather.default in table\n"
+        "import sys; assert 'ember_codegen.compile' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -5,39 +5,44 @@
 docs/aotgrad.md for the contract and the core op set.
 """
 
-from .aot import aot_compile, needs_backward
-from .core import CORE_OPS, is_core
-from .decompositions import default_decompositions, register_decomposition
-from .errors import AotGradError
-from .partition import Partition, default_partition, min_cut_partition
-from .runtime_wrapper import BackwardPlan, CompiledAot
-from .serialize import (
-    LoadCompiled,
-    SaveCompiled,
-    load_compiled_aot,
-    save_compiled_aot,
-)
-from .trace import GraphLayout, trace_to_aten
+import importlib
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "CORE_OPS",
-    "AotGradError",
-    "BackwardPlan",
-    "CompiledAot",
-    "GraphLayout",
-    "LoadCompiled",
-    "Partition",
-    "SaveCompiled",
-    "aot_compile",
-    "default_decompositions",
-    "default_partition",
-    "is_core",
-    "load_compiled_aot",
-    "min_cut_partition",
-    "needs_backward",
-    "register_decomposition",
-    "save_compiled_aot",
-    "trace_to_aten",
-]
+# Each public name and the module that defines it. A module is imported when one
+# of its names is first used, so loading a cached graph does not import the tracer
+# and its decompositions (docs/architecture.md, "Import cost").
+_EXPORTS = {
+    "aot_compile": "aot",
+    "needs_backward": "aot",
+    "CORE_OPS": "core",
+    "is_core": "core",
+    "default_decompositions": "decompositions",
+    "register_decomposition": "decompositions",
+    "AotGradError": "errors",
+    "Partition": "partition",
+    "default_partition": "partition",
+    "min_cut_partition": "partition",
+    "BackwardPlan": "runtime_wrapper",
+    "CompiledAot": "runtime_wrapper",
+    "LoadCompiled": "serialize",
+    "SaveCompiled": "serialize",
+    "load_compiled_aot": "serialize",
+    "save_compiled_aot": "serialize",
+    "GraphLayout": "trace",
+    "trace_to_aten": "trace",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    globals()[name] = value = getattr(module, name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

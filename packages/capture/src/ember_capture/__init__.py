@@ -5,58 +5,51 @@ graphs, the guards under which they may be reused, and the transformed function.
 See docs/capture.md.
 """
 
-from .call_routing import is_user_callable, route_calls
-from .capture import capture, capture_frame
-from .errors import CaptureError
-from .guards import (
-    CellView,
-    Guard,
-    GuardChecker,
-    GuardKind,
-    GuardSet,
-    TensorSpec,
-    module_has_no_hooks,
-    module_has_only_forward_hooks,
-)
-from .meta_memo import check_meta_results, remember_meta_results
-from .result import CapturedGraph, CaptureResult
-from .resume import user_function_name
-from .source import (
-    AttrSource,
-    ClosureSource,
-    GlobalSource,
-    ItemSource,
-    LocalSource,
-    SharedReads,
-    Source,
-)
+import importlib
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "AttrSource",
-    "CaptureError",
-    "CaptureResult",
-    "CapturedGraph",
-    "CellView",
-    "ClosureSource",
-    "GlobalSource",
-    "Guard",
-    "GuardChecker",
-    "GuardKind",
-    "GuardSet",
-    "ItemSource",
-    "LocalSource",
-    "SharedReads",
-    "Source",
-    "TensorSpec",
-    "capture",
-    "capture_frame",
-    "check_meta_results",
-    "is_user_callable",
-    "module_has_no_hooks",
-    "module_has_only_forward_hooks",
-    "remember_meta_results",
-    "route_calls",
-    "user_function_name",
-]
+# Each public name and the module that defines it. A module is imported when one
+# of its names is first used, so ``import ember_capture`` stays cheap for a
+# program that only compiles later (docs/architecture.md, "Import cost").
+_EXPORTS = {
+    "is_user_callable": "call_routing",
+    "route_calls": "call_routing",
+    "capture": "entry",
+    "capture_frame": "entry",
+    "CaptureError": "errors",
+    "CellView": "guards",
+    "Guard": "guards",
+    "GuardChecker": "guards",
+    "GuardKind": "guards",
+    "GuardSet": "guards",
+    "TensorSpec": "guards",
+    "module_has_no_hooks": "guards",
+    "module_has_only_forward_hooks": "guards",
+    "check_meta_results": "meta_memo",
+    "remember_meta_results": "meta_memo",
+    "CapturedGraph": "result",
+    "CaptureResult": "result",
+    "user_function_name": "resume",
+    "AttrSource": "source",
+    "ClosureSource": "source",
+    "GlobalSource": "source",
+    "ItemSource": "source",
+    "LocalSource": "source",
+    "SharedReads": "source",
+    "Source": "source",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    globals()[name] = value = getattr(module, name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -7,38 +7,45 @@ public for downstream compilers: ``lower_graph`` (aten graph -> loop IR),
 see docs/codegen.md.
 """
 
-from .build import KeySigner, Signer, load_library
-from .compile import TARGETS, compile_graph
-from .compiled import CompiledGraph
-from .cpp import emit_source
-from .cpp_wrapper import KernelInfo
-from .errors import CodegenError
-from .ir import format_ir
-from .lowering import LOWERINGS, lower_graph, register
-from .memory import plan_memory
-from .profile import GraphProfile, KernelTime, ProfileReport, profiling
-from .scheduler import schedule
+import importlib
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "LOWERINGS",
-    "TARGETS",
-    "CodegenError",
-    "CompiledGraph",
-    "GraphProfile",
-    "KernelInfo",
-    "KernelTime",
-    "KeySigner",
-    "ProfileReport",
-    "Signer",
-    "compile_graph",
-    "emit_source",
-    "format_ir",
-    "load_library",
-    "lower_graph",
-    "plan_memory",
-    "profiling",
-    "register",
-    "schedule",
-]
+# Each public name and the module that defines it. A module is imported when one
+# of its names is first used, so loading a cached kernel does not import the
+# lowering, the scheduler or the C++ renderer (docs/architecture.md, "Import cost").
+_EXPORTS = {
+    "KeySigner": "build",
+    "Signer": "build",
+    "load_library": "build",
+    "TARGETS": "compile",
+    "compile_graph": "compile",
+    "CompiledGraph": "compiled",
+    "emit_source": "cpp",
+    "KernelInfo": "cpp_wrapper",
+    "CodegenError": "errors",
+    "format_ir": "ir",
+    "LOWERINGS": "rules",
+    "lower_graph": "rules",
+    "register": "rules",
+    "plan_memory": "memory",
+    "GraphProfile": "profile",
+    "KernelTime": "profile",
+    "ProfileReport": "profile",
+    "profiling": "profile",
+    "schedule": "scheduler",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    globals()[name] = value = getattr(module, name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -13,20 +13,14 @@ from pathlib import Path
 import torch
 import torch.fx
 
-from . import (  # noqa: F401 - register rules
-    lower_index,
-    lower_layout,
-    lower_pointwise,
-    lower_reduce,
-    lower_scatter,
-)
 from .build import Signer, find_compiler
 from .compiled import CompiledGraph
 from .cpp import emit_source
 from .cpp_wrapper import emit_cpp_wrapper
 from .locations import graph_locations
-from .lowering import c_name, lower_graph
+from .lowering import c_name
 from .memory import plan_memory, write_in_place
+from .rules import lower_graph
 from .scheduler import Kernel, schedule
 from .wrapper import emit_wrapper
 

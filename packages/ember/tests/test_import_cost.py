@@ -1,0 +1,45 @@
+"""`import ember` imports the umbrella and the runtime, not the stages: capture,
+aotgrad's tracer and codegen's lowering load when a call needs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _modules_after(code: str) -> set[str]:
+    script = f"{code}\nimport sys\nprint(' '.join(sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.split())
+
+
+def test_import_ember_leaves_the_stages_unimported() -> None:
+    loaded = _modules_after("import ember")
+    assert "ember_runtime.dispatcher" in loaded
+    for module in ("ember_capture.entry", "ember_aotgrad.trace", "ember_codegen.ir"):
+        assert module not in loaded
+
+
+def test_first_call_imports_what_it_needs(tmp_path) -> None:
+    code = f"""
+import torch, ember
+options = {{"cache_dir": {str(tmp_path)!r}}}
+f = ember.compile(lambda x: torch.relu(x) * 2, options=options)
+assert torch.equal(f(torch.ones(3)), torch.full((3,), 2.0))
+"""
+    loaded = _modules_after(code)
+    assert {"ember_capture.entry", "ember_aotgrad.aot", "ember_codegen.rules"} <= loaded
+
+
+def test_public_names_resolve_lazily() -> None:
+    import ember_aotgrad
+    import ember_capture
+    import ember_codegen
+
+    for package in (ember_capture, ember_aotgrad, ember_codegen):
+        for name in package.__all__:
+            assert getattr(package, name) is not None
+            assert name in dir(package)
+    assert callable(ember_capture.capture)  # the function, not entry.py
