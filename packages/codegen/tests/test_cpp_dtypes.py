@@ -200,7 +200,10 @@ def test_library_results_are_read_in_their_dtype(cpp, dtype):
     ]
     compiled = cpp(fn, *args)
     assert compiled.fallback_ops == ()
-    assert len(compiled.externs()) == 2 and len(compiled.loops()) == 2
+    # Two epilogues, and (in a dtype oneDNN runs) the convolution's operands
+    # copied channels-last.
+    copies = 2 if dtype in HALF else 0
+    assert len(compiled.externs()) == 2 and len(compiled.loops()) == 2 + copies
     check(compiled, fn, *args, **close(dtype if dtype in HALF else torch.float32))
 
 

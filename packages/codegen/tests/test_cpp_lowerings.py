@@ -825,6 +825,72 @@ def test_a_loop_reads_a_channels_last_convolution_in_its_compiled_layout(cpp):
     torch.testing.assert_close(got, fn(x, w, b)[0])
 
 
+def _conv(x, w):
+    ones = [1, 1]
+    return aten.convolution.default(x, w, None, ones, ones, ones, False, [0, 0], 1)
+
+
+def _bn_relu_pool(y, mean, var, c):
+    z = aten.mul.Tensor(
+        aten.sub.Tensor(y, aten.view.default(mean, [c, 1, 1])),
+        aten.rsqrt.default(aten.view.default(var, [c, 1, 1])),
+    )
+    return aten.max_pool2d_with_indices.default(aten.relu.default(z), [2, 2])[0]
+
+
+def test_convolutions_and_what_flows_between_them_run_channels_last(cpp):
+    """Convolutions take channels-last operands (copied from the row-major
+    input and weights), and BatchNorm + ReLU + pooling between two of them
+    write channels-last, with the pooling's lanes along the channels, so no
+    layout copy sits between the convolutions. The output keeps eager's
+    layout."""
+
+    def fn(x, w1, w2, mean, var):
+        pooled = _bn_relu_pool(_conv(x, w1), mean, var, 16)
+        return (aten.sum.dim_IntList(_conv(pooled, w2), [2, 3]),)
+
+    def inputs():
+        return (
+            torch.randn(2, 3, 16, 16),
+            torch.randn(16, 3, 3, 3),
+            torch.randn(8, 16, 3, 3),
+            torch.randn(16),
+            torch.rand(16) + 0.5,
+        )
+
+    compiled = cpp(fn, *inputs())
+    check(compiled, fn, *inputs())
+    wrapper = compiled.wrapper_source
+    assert wrapper.count("torch.convolution(") == 2
+    # Operands copied channels-last: the input, both weights.
+    assert "empty_strided((2, 3, 16, 16), (768, 1, 48, 3)" in wrapper
+    assert "empty_strided((16, 3, 3, 3), (27, 1, 9, 3)" in wrapper
+    assert "empty_strided((8, 16, 3, 3), (144, 1, 48, 16)" in wrapper
+    # The pooled activations are written channels-last, lanes along channels.
+    assert "empty_strided((2, 16, 8, 8), (1024, 1, 128, 16)" in wrapper
+    assert "const int64_t i1 = ib + k;" in compiled.cpp_source
+    assert compiled(*inputs())[0].stride() == (8, 1)
+
+
+def test_a_convolution_result_a_view_or_the_output_reads_keeps_its_layout(cpp):
+    """Only tensors the graph keeps to itself, read by ops that take any
+    layout, change layout: a returned convolution, and one a view flattens,
+    stay row-major as in eager."""
+
+    def fn(x, w):
+        y = _conv(x, w)
+        flat = aten.view.default(aten.relu.default(y), [2, -1])
+        return (y, flat)
+
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    compiled = cpp(fn, x, w)
+    check(compiled, fn, x, w)
+    got, flat = compiled(x, w)
+    assert got.stride() == fn(x, w)[0].stride()
+    assert "(768, 1, 48, 3)" not in compiled.wrapper_source  # no operand copies
+    assert flat.is_contiguous()
+
+
 AVG_POOLS = {
     "padded": ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], False, True, None),
     "ceil_no_pad_count": ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], True, False, None),

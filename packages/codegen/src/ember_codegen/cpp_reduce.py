@@ -7,7 +7,7 @@ reductions (over dims outer in memory) with the lanes along the output instead.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .cpp_expr import (
     ARG_KINDS,
@@ -345,46 +345,62 @@ COLUMN_BLOCK = 64
 MIN_COLUMN_LANES = 8
 
 
+@dataclass(frozen=True)
+class Columns:
+    """How a kernel run by columns lays out its lanes: ``lanes`` of them along
+    output dim ``dim`` (of ``rank``), every other output dim a loop outside."""
+
+    rank: int
+    dim: int
+    lanes: int
+
+
 def column_reductions(
     kernel: Kernel, scope: Scope, indent: str, parallel: bool
 ) -> list[str] | None:
     """The loops of a kernel of reductions over dims outer in memory (a bias
     gradient: a sum over the rows of a row-major matrix), or None for any other
-    kernel. The lanes run along the output's last dim, contiguous in the input,
-    and each lane folds its column over the reduced dims in order; rows are
-    contiguous reads. With the lanes along the reduced dim instead, each lane
-    would read a strided column.
+    kernel. The lanes run along an output dim contiguous in the input (the
+    last, or where more reads and stores step by one along another, that one:
+    the channels of a channels-last pooling), and each lane folds its column
+    over the reduced dims in order; rows are contiguous reads. With the lanes
+    along the reduced dim instead, each lane would read a strided column.
 
     Reductions may read earlier ones and pointwise stages over the output (a
     variance reads its mean, a logsumexp its max): each pass over the rows
     folds the reductions that read nothing of the pass, then keeps each lane's
     result in ``<name>_col[k]`` for the stages after it."""
     group = list(kernel.stages)
-    if not _columns_pay(group, kernel, scope):
+    dim = _column_dim(group, kernel, scope)
+    if dim is None:
         return None
     first = next(s for s in group if isinstance(s, Reduction))
-    sizes, last = first.sizes, first.sizes[-1]
-    n, lanes = len(sizes), lanes_for(last)
+    sizes, size = first.sizes, first.sizes[dim]
+    cols = Columns(len(sizes), dim, lanes_for(size))
     lines = [
         f"{indent}// {s.name} = {_what(s)} of {describe_origin(s.origin)}, by columns"
         for s in group
     ]
-    blocks = -(-last // lanes)
-    if parallel and blocks * numel(sizes[:-1]) > 1:
-        lines.append(f"{indent}#pragma omp parallel for collapse({n})")
-    inner = open_loops(sizes[:-1], 0, "i", indent, lines)
-    lines.append(f"{inner}for (int64_t ib = 0; ib < {last}; ib += {lanes}) {{")
+    blocks = -(-size // cols.lanes)
+    if parallel and blocks * numel(sizes) // size > 1:
+        lines.append(f"{indent}#pragma omp parallel for collapse({cols.rank})")
+    inner = indent
+    for d in (d for d in range(cols.rank) if d != dim):
+        lines.append(f"{inner}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")
+        inner += "  "
+    lines.append(f"{inner}for (int64_t ib = 0; ib < {size}; ib += {cols.lanes}) {{")
     body = inner + "  "
     lines.append(
-        f"{body}const int64_t width = {last} - ib < {lanes} ? {last} - ib : {lanes};"
+        f"{body}const int64_t width = {size} - ib < {cols.lanes} ? {size} - ib "
+        f": {cols.lanes};"
     )
     for step in _passes(group):
         if isinstance(step, Pointwise):
-            lines += _column_pointwise(step, kernel, scope, body, n, lanes)
+            lines += _column_pointwise(step, kernel, scope, body, cols)
         else:
-            lines += _column_pass(step, kernel, scope, body, n, lanes)
+            lines += _column_pass(step, kernel, scope, body, cols)
     lines.append(f"{inner}}}")
-    close_loops(len(sizes) - 1, inner, lines)
+    close_loops(cols.rank - 1, inner, lines)
     return lines
 
 
@@ -414,17 +430,17 @@ def _passes(
 
 
 def _column_pass(
-    group: list[Reduction], kernel: Kernel, scope: Scope, body: str, n: int, lanes: int
+    group: list[Reduction], kernel: Kernel, scope: Scope, body: str, cols: Columns
 ) -> list[str]:
     """One pass over the rows folding ``group`` per lane, then each lane's
     result kept in ``<name>_col`` (and stored, where the kernel stores it)."""
-    lines = _declare_acc(group, body, lanes)
+    lines = _declare_acc(group, body, cols.lanes)
     reduce_sizes = group[0].reduce_sizes
     rows = open_loops(reduce_sizes[:-1], 0, "r", body, lines)
     r, total = f"r{len(reduce_sizes) - 1}", reduce_sizes[-1]
     lines.append(f"{rows}for (int64_t rb = 0; rb < {total}; rb += {COLUMN_BLOCK}) {{")
     part_group = [_renamed(red) for red in group]
-    lines += _declare_acc(part_group, rows + "  ", lanes)
+    lines += _declare_acc(part_group, rows + "  ", cols.lanes)
     lines.append(
         f"{rows}  for (int64_t {r} = rb; {r} < rb + {COLUMN_BLOCK} && {r} < {total}; "
         f"++{r}) {{"
@@ -432,7 +448,7 @@ def _column_pass(
     lines += _lane_loop(
         part_group,
         rows + "    ",
-        n,
+        cols,
         lambda ind: _accumulate(part_group, scope, ind, "k"),
     )
     lines.append(f"{rows}  }}")
@@ -446,10 +462,10 @@ def _column_pass(
             )
         return lines
 
-    lines += _lane_loop(group, rows + "  ", n, fold_parts, indexed=False)
+    lines += _lane_loop(group, rows + "  ", cols, fold_parts, indexed=False)
     lines.append(f"{rows}}}")
     close_loops(len(reduce_sizes) - 1, rows, lines)
-    lines += [f"{body}{value_type(r.dtype)} {r.name}_col[{lanes}];" for r in group]
+    lines += [f"{body}{value_type(r.dtype)} {r.name}_col[{cols.lanes}];" for r in group]
 
     def keep(ind: str) -> list[str]:
         out = []
@@ -457,52 +473,53 @@ def _column_pass(
             t = value_type(red.dtype)
             acc = _slot(red, f"{red.name}_acc", "k")[1 if red.kind in ARG_KINDS else 0]
             out.append(f"{ind}{red.name}_col[k] = static_cast<{t}>({acc});")
-            out += _store_lane(red, kernel, scope, ind, n)
+            out += _store_lane(red, kernel, scope, ind, cols)
         return out
 
     stored = any(red.name in kernel.stored for red in group)
-    lines += _lane_loop(group, body, n, keep, indexed=stored)
+    lines += _lane_loop(group, body, cols, keep, indexed=stored)
     for red in group:
         scope.locals_[red.name] = f"{red.name}_col[k]"
     return lines
 
 
 def _column_pointwise(
-    stage: Pointwise, kernel: Kernel, scope: Scope, body: str, n: int, lanes: int
+    stage: Pointwise, kernel: Kernel, scope: Scope, body: str, cols: Columns
 ) -> list[str]:
     """A pointwise stage over the output, one value per lane in ``<name>_col``."""
-    lines = [f"{body}{value_type(stage.dtype)} {stage.name}_col[{lanes}];"]
+    lines = [f"{body}{value_type(stage.dtype)} {stage.name}_col[{cols.lanes}];"]
 
     def compute(ind: str) -> list[str]:
         code = Body(scope, ind)
         value = code.value(stage.expr)
         code.lines.append(f"{ind}{stage.name}_col[k] = {value};")
-        return code.lines + _store_lane(stage, kernel, scope, ind, n)
+        return code.lines + _store_lane(stage, kernel, scope, ind, cols)
 
-    lines += _lane_loop([stage], body, n, compute)
+    lines += _lane_loop([stage], body, cols, compute)
     scope.locals_[stage.name] = f"{stage.name}_col[k]"
     return lines
 
 
 def _store_lane(
-    stage: Pointwise | Reduction, kernel: Kernel, scope: Scope, ind: str, n: int
+    stage: Pointwise | Reduction, kernel: Kernel, scope: Scope, ind: str, cols: Columns
 ) -> list[str]:
     if stage.name not in kernel.stored:
         return []
-    at = render(offset(tuple(ivar(d) for d in range(n)), scope.strides[stage.name]))
+    index = tuple(ivar(d) for d in range(cols.rank))
+    at = render(offset(index, scope.strides[stage.name]))
     value = store_code(stage.dtype, f"{stage.name}_col[k]")
     return [f"{ind}{stage.name}[{at}] = {value};"]
 
 
 def _lane_loop(
-    group: list[Reduction], indent: str, n: int, body, indexed: bool = True
+    group: list[Reduction], indent: str, cols: Columns, body, indexed: bool = True
 ) -> list[str]:
-    """``for k < width``; ``indexed`` sets the output's last loop variable to
+    """``for k < width``; ``indexed`` sets the lanes' output loop variable to
     ``ib + k`` in it."""
     lines = [f"{indent}#pragma omp simd"] if _simd(group) else []
     lines.append(f"{indent}for (int64_t k = 0; k < width; ++k) {{")
     if indexed:
-        lines.append(f"{indent}  const int64_t i{n - 1} = ib + k;")
+        lines.append(f"{indent}  const int64_t i{cols.dim} = ib + k;")
     lines += body(indent + "  ")
     lines.append(f"{indent}}}")
     return lines
@@ -513,49 +530,71 @@ def _renamed(red: Reduction) -> Reduction:
     return replace(red, name=f"{red.name}_part")
 
 
-def _columns_pay(group: list, kernel: Kernel, scope: Scope) -> bool:
-    """Whether ``group`` is a kernel worth running by columns: reductions over
-    the same ranges, reading no indirect index, and pointwise stages over their
-    output (a gather at an argmax's position, too); some reduction must read an
-    input contiguously along the output's last dim but not along the last
-    reduced dim (reads contiguous along the reduced dim belong in rows), or,
-    over a short window (pooling), read it moving with the output at all."""
+def _column_dim(group: list, kernel: Kernel, scope: Scope) -> int | None:
+    """The output dim to run lanes along if ``group`` is a kernel worth running
+    by columns, else None: reductions over the same ranges, reading no
+    indirect index, and pointwise stages over their output (a gather at an
+    argmax's position, too); some reduction must read an input contiguously
+    along that output dim but not along the last reduced dim (reads contiguous
+    along the reduced dim belong in rows), or, over a short window (pooling),
+    read it moving with the output at all."""
     if not group or scope.spills:
-        return False
+        return None
     reductions = [s for s in group if isinstance(s, Reduction)]
     if not reductions or not all(isinstance(s, (Reduction, Pointwise)) for s in group):
-        return False
+        return None
     first = reductions[0]
-    if not first.reduce_sizes or kernel.outer != first.sizes:
-        return False
-    if not first.sizes or first.sizes[-1] < MIN_COLUMN_LANES:
-        return False  # lanes this short would not fill a vector
+    if not first.reduce_sizes or kernel.outer != first.sizes or not first.sizes:
+        return None
     if any(
         s.sizes != first.sizes
         or (isinstance(s, Reduction) and s.reduce_sizes != first.reduce_sizes)
         for s in group
     ):
-        return False
+        return None
     names = {s.name for s in group}
-    i_last, r_last = f"i{len(first.sizes) - 1}", f"r{len(first.reduce_sizes) - 1}"
+    reads = [
+        offset(ld.index, scope.strides[ld.name])
+        for stage in reductions  # a pointwise stage reads one element per lane
+        for ld in loads(stage.expr)
+        if ld.name not in names  # (an earlier stage's value for this lane)
+    ]
+    if any(indirect_terms(flat) for flat in reads):
+        return None
+    dim = _lane_dim(first, reads, [scope.strides.get(s.name) for s in group])
+    if first.sizes[dim] < MIN_COLUMN_LANES:
+        return None  # lanes this short would not fill a vector
+    i_lane, r_last = f"i{dim}", f"r{len(first.reduce_sizes) - 1}"
     # A last reduced dim this short (a pooling window) gives its lanes too
     # little to fill a vector: lanes along the output pay even where they read
     # with a stride (a pooling step) and the window is contiguous.
     window = first.reduce_sizes[-1] < MIN_COLUMN_LANES
     along_output = False
-    for stage in reductions:  # a pointwise stage reads one element per lane
-        for ld in loads(stage.expr):
-            if ld.name in names:
-                continue  # an earlier stage's value for this lane
-            flat = offset(ld.index, scope.strides[ld.name])
-            if indirect_terms(flat):
-                return False
-            out_step, red_step = var_step(flat, i_last), var_step(flat, r_last)
-            if out_step is None or red_step is None:
-                return False
-            if red_step == 1 and out_step != 0 and not window:
-                return False
-            along_output |= out_step != 0 and (
-                window or (out_step == 1 and red_step != 1)
-            )
-    return along_output
+    for flat in reads:
+        out_step, red_step = var_step(flat, i_lane), var_step(flat, r_last)
+        if out_step is None or red_step is None:
+            return None
+        if red_step == 1 and out_step != 0 and not window:
+            return None
+        along_output |= out_step != 0 and (window or (out_step == 1 and red_step != 1))
+    return dim if along_output else None
+
+
+def _lane_dim(first: Reduction, reads: list, stores: list) -> int:
+    """The last output dim, unless another steps by one element in more of the
+    kernel's reads and stores (a channels-last pooling: the channels)."""
+    rank = len(first.sizes)
+    flats = reads + [
+        offset(tuple(ivar(d) for d in range(rank)), strides)
+        for strides in stores
+        if strides is not None
+    ]
+
+    def unit_steps(d: int) -> int:
+        return sum(var_step(flat, f"i{d}") == 1 for flat in flats)
+
+    last = rank - 1
+    best = max(
+        (d for d in range(last) if first.sizes[d] > 1), key=unit_steps, default=last
+    )
+    return best if unit_steps(best) > unit_steps(last) else last

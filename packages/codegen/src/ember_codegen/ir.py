@@ -196,6 +196,10 @@ class Extern:
     specs: tuple[TensorSpec | None, ...]
     origin: tuple[str, ...]
     fallback: bool = False  # True: an op with no lowering, listed in fallback_ops
+    # True: the tensor arguments get the layouts their nodes were lowered with,
+    # never a view of their source in another layout (a fallback op may read
+    # strides; a convolution given channels-last operands runs faster).
+    exact_layout: bool = False
 
     @property
     def name(self) -> str:

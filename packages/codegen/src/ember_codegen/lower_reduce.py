@@ -20,7 +20,6 @@ from .lowering import (
     Unsupported,
     cast,
     constant,
-    contiguous,
     extern,
     register,
 )
@@ -244,12 +243,14 @@ def _max_pool2d(
         return lo.load(x, at(index, *rindex))
 
     shape = list(values_meta.shape)
-    largest = lo.reduction(shape, list(kernel), ReduceKind.MAX, x.dtype, window)
-    values = largest
-    if values_meta.stride() != contiguous(shape):
-        values = lo.pointwise(
-            shape, x.dtype, lambda index: lo.load(largest, index), values_meta.stride()
-        )
+    values = lo.reduction(
+        shape,
+        list(kernel),
+        ReduceKind.MAX,
+        x.dtype,
+        window,
+        strides=values_meta.stride(),
+    )
     position = lo.reduction(
         shape,
         list(kernel),
@@ -617,7 +618,6 @@ EXTERN_OPS = (
     aten.bmm.default,
     aten.addmm.default,
     aten.baddbmm.default,
-    aten.convolution.default,
     aten.convolution_backward.default,
 )
 
@@ -631,3 +631,24 @@ def _extern_rule(op):
 
 for _op in EXTERN_OPS:
     register(_op)(_extern_rule(_op))
+
+
+def _channels_last(lo: Lowerer, a: TV) -> TV:
+    """``a`` (4-D) laid out channels-last: itself, or a copy."""
+    strides = a.meta.contiguous(memory_format=torch.channels_last).stride()
+    if lo.specs[a.name].strides == strides:
+        return a
+    return lo.pointwise(a.sizes, a.dtype, lambda index: lo.load(a, index), strides)
+
+
+@register(aten.convolution.default)
+def _convolution(lo: Lowerer, x: TV, weight: TV, *args, **kwargs):
+    """A convolution whose result codegen keeps channels-last
+    (channels_last.py) takes channels-last operands, which oneDNN runs faster
+    and for which it returns that layout; others run as eager lays them out."""
+    out = lo.out_meta
+    if not out.is_contiguous(memory_format=torch.channels_last) or out.is_contiguous():
+        return extern(lo, aten.convolution.default, (x, weight, *args), kwargs)
+    x, weight = _channels_last(lo, x), _channels_last(lo, weight)
+    args = (x, weight, *args)
+    return extern(lo, aten.convolution.default, args, kwargs, exact_layout=True)

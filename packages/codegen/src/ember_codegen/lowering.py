@@ -15,6 +15,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from .channels_last import channels_last_meta, keeps_channels_last
 from .errors import CodegenError
 from .indexing import Index, var
 from .ir import (
@@ -131,9 +132,11 @@ class Lowerer:
         dtype: torch.dtype,
         fn: Callable[[tuple[Index, ...], tuple[Index, ...]], Expr],
         acc_dtype: torch.dtype | None = None,
+        strides: Sequence[int] | None = None,
     ) -> TV:
         """A node ``out[i] = reduce(kind) over r of fn(i, r)``, accumulated in
-        ``acc_dtype`` (default ``dtype``)."""
+        ``acc_dtype`` (default ``dtype``), stored with ``strides`` (default
+        row-major)."""
         sizes, reduce_sizes = tuple(sizes), tuple(reduce_sizes)
         index = tuple(var(f"i{d}", s) for d, s in enumerate(sizes))
         rindex = tuple(var(f"r{d}", s) for d, s in enumerate(reduce_sizes))
@@ -144,7 +147,8 @@ class Lowerer:
         node = Reduction(
             self._name(), sizes, reduce_sizes, kind, dtype, acc, expr, self.origin
         )
-        return self.add(node, TensorSpec(sizes, contiguous(sizes), dtype))
+        strides = tuple(strides or contiguous(sizes))
+        return self.add(node, TensorSpec(sizes, strides, dtype))
 
     def scatter(
         self,
@@ -253,6 +257,7 @@ def lower_graph(
     fallback_ops: set[str] = set()
     env_of: dict[str, TV] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    channels_last: set[torch.fx.Node] = set()
     if len(placeholders) != len(example_inputs):
         raise CodegenError(
             f"graph has {len(placeholders)} inputs but {len(example_inputs)} "
@@ -292,8 +297,14 @@ def lower_graph(
             raise CodegenError(
                 f"node {node.name} ({node.op} {node.target!r}) is not an aten op call"
             )
+        # metas keep eager's layouts (a later node's meta derives from them);
+        # the rule sees the layout codegen chose for this node's result.
         metas[node] = _meta_of(node, metas)
-        env[node] = _lower_node(lo, node, env, metas[node], fallback_ops)
+        meta = metas[node]
+        if keeps_channels_last(node, metas, channels_last):
+            channels_last.add(node)
+            meta = channels_last_meta(meta)
+        env[node] = _lower_node(lo, node, env, meta, fallback_ops)
 
     outputs: list[str | None] = []
     output_constants: dict[int, object] = {}
@@ -440,9 +451,13 @@ def _lower_node(lo: Lowerer, node, env, meta, fallback_ops: set[str]) -> object:
     return extern(lo, node.target, args, kwargs, fallback=True)
 
 
-def extern(lo: Lowerer, op, args, kwargs, fallback: bool = False) -> object:
+def extern(
+    lo: Lowerer, op, args, kwargs, fallback: bool = False, exact_layout: bool = False
+) -> object:
     """An Extern node calling ``op`` through torch; returns a TV or a tuple of them
-    (``None`` for non-tensor results)."""
+    (``None`` for non-tensor results). A fallback op gets its arguments in
+    exactly the layouts they were lowered with, and so does any op with
+    ``exact_layout``."""
     meta = lo.out_meta
     metas = list(meta) if isinstance(meta, (tuple, list)) else [meta]
     names = [lo._name() if isinstance(m, torch.Tensor) else None for m in metas]
@@ -460,6 +475,7 @@ def extern(lo: Lowerer, op, args, kwargs, fallback: bool = False) -> object:
         specs,
         lo.origin,
         fallback,
+        fallback or exact_layout,
     )
     if not any(names):
         raise CodegenError(f"{op} returns no tensor; codegen cannot place it")

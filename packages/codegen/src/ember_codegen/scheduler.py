@@ -160,8 +160,11 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     needs_tensor = outputs | {
         n for e in nodes if isinstance(e, Extern) for n in _refs(e)
     }
-    # Library kernels take any strides; an op through torch may read them.
-    exact = {n for e in nodes if isinstance(e, Extern) and e.fallback for n in _refs(e)}
+    # Library kernels take any strides; an op through torch may read them, and
+    # a convolution runs faster on the channels-last operands it was given.
+    exact = {
+        n for e in nodes if isinstance(e, Extern) and e.exact_layout for n in _refs(e)
+    }
     # A view that must be a tensor is cheapest as a strided view of its base: so
     # the base (through chains of views) gets memory in its own layout.
     for node in reversed(nodes):
