@@ -194,3 +194,34 @@ def test_moved_code_names_its_new_locations_and_keeps_its_kernels(tmp_path):
     assert fresh.library_path == stored.library_path
     assert len(list(tmp_path.glob("*.so"))) == 1
     assert os.path.exists(stored.library_path)
+
+
+def test_kernels_build_side_by_side_into_one_library(tmp_path, monkeypatch):
+    """A graph's kernels split into translation units that compile at once and
+    link into one shared object, which computes what the whole source does."""
+    from ember_codegen import build
+
+    def fn(x, y):
+        return (
+            aten.sum.dim_IntList(aten.exp.default(x), [1]),
+            aten.amax.default(aten.mul.Tensor(y, y), [0]),
+            aten.relu.default(aten.add.Tensor(x, 1)),
+        )
+
+    x, y = torch.randn(6, 40), torch.randn(30, 20)
+    gm = torch.fx.symbolic_trace(fn)
+    whole = compile_graph(gm, [x, y], target="cpp", cache_dir=tmp_path / "whole")
+    units = build.split_units(whole.cpp_source, 2)
+    assert len(units) == 1  # little kernel text: one unit
+    monkeypatch.setattr(build, "PARALLEL_BUILD_CHARS", 0)
+    monkeypatch.setattr(build, "_jobs", lambda: 2)
+    units = build.split_units(whole.cpp_source, 2)
+    assert len(units) == 2
+    assert sum(u.count('extern "C"') for u in units) == len(whole.kernels)
+    built, parallel = [], build._build_in_parallel
+    monkeypatch.setattr(
+        build, "_build_in_parallel", lambda *a: built.append(parallel(*a)) or built[-1]
+    )
+    split = compile_graph(gm, [x, y], target="cpp", cache_dir=tmp_path / "split")
+    assert built == [True]
+    check(split, fn, x, y)

@@ -365,16 +365,18 @@ def _compile(source: str, cache_dir: Path, key: str, signer: Signer) -> bytes:
         cpp_path.write_text(source)
         shown = _publish(cache_dir, {".cpp": source.encode()}, key, signer)
         out = work / f"{key}.so"
-        done = subprocess.run(
-            [compiler[0], *cxx_flags(), str(cpp_path), "-o", str(out)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise CodegenError(
-                f"C++ compilation of {shown.get('.cpp', cpp_path)} failed "
-                f"({compiler[1]}):\n{done.stderr.strip()}"
+        units = split_units(source, _jobs())
+        if len(units) == 1 or not _build_in_parallel(compiler[0], units, work, out):
+            done = subprocess.run(
+                [compiler[0], *cxx_flags(), str(cpp_path), "-o", str(out)],
+                capture_output=True,
+                text=True,
             )
+            if done.returncode != 0:
+                raise CodegenError(
+                    f"C++ compilation of {shown.get('.cpp', cpp_path)} failed "
+                    f"({compiler[1]}):\n{done.stderr.strip()}"
+                )
         data = out.read_bytes()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -386,6 +388,51 @@ def _compile(source: str, cache_dir: Path, key: str, signer: Signer) -> bytes:
     }
     _publish(cache_dir, files, key, signer)
     return data
+
+
+# The C++ emitter puts this line before each kernel of a graph's source, so
+# the build can compile groups of kernels side by side (``split_units``).
+KERNEL_BREAK = "// " + "-" * 77
+# Kernel text below this many characters compiles in one unit: a second
+# compiler process and the link cost more than they save.
+PARALLEL_BUILD_CHARS = 16_000
+
+
+def split_units(source: str, jobs: int) -> list[str]:
+    """``source`` as up to ``jobs`` translation units that compile to the same
+    shared object: each is the text before the first ``KERNEL_BREAK`` (the
+    preamble) and a share of the kernels, balanced by length; one unit (the
+    source itself) for fewer than two kernels or little kernel text."""
+    head, *kernels = source.split(f"\n{KERNEL_BREAK}\n")
+    if jobs < 2 or len(kernels) < 2 or sum(map(len, kernels)) < PARALLEL_BUILD_CHARS:
+        return [source]
+    shares: list[list[str]] = [[] for _ in range(min(jobs, len(kernels)))]
+    for kernel in sorted(kernels, key=len, reverse=True):
+        min(shares, key=lambda share: sum(map(len, share))).append(kernel)
+    return [head + "\n" + "\n".join(share) + "\n" for share in shares]
+
+
+def _jobs() -> int:
+    """Compiler processes to run side by side: the CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _build_in_parallel(compiler: str, units: list[str], work: Path, out: Path) -> bool:
+    """Compiles ``units`` to objects side by side and links them into ``out``;
+    False if any step fails (the caller then compiles the whole source, whose
+    error message names the file the user can read)."""
+    objects, running = [], []
+    for i, unit in enumerate(units):
+        path, obj = work / f"unit{i}.cpp", work / f"unit{i}.o"
+        path.write_text(unit)
+        flags = [f for f in cxx_flags() if f != "-shared"]
+        command = [compiler, *flags, "-c", str(path), "-o", str(obj)]
+        running.append(subprocess.Popen(command, stderr=subprocess.DEVNULL))
+        objects.append(str(obj))
+    if any(process.wait() != 0 for process in running):
+        return False
+    link = [compiler, "-shared", "-fopenmp", *objects, "-o", str(out)]
+    return subprocess.run(link, stderr=subprocess.DEVNULL).returncode == 0
 
 
 def _publish(

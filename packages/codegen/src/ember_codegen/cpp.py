@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import torch
 
+from .build import KERNEL_BREAK
 from .cpp_expr import (
     COMBINE,
     PREAMBLE,
@@ -521,5 +522,6 @@ def emit_source(
     """The translation unit for a graph's kernels."""
     parts = [f"// {title}", PREAMBLE]
     for kernel in kernels:
+        parts.append(KERNEL_BREAK)
         parts.append(emit_kernel(kernel, strides, describe_origin(kernel.origin)))
     return "\n".join(parts) + "\n"

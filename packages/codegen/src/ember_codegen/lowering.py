@@ -89,6 +89,10 @@ class Lowerer:
     origin: tuple[str, ...] = ()  # the aten node being lowered
     out_meta: object = None  # its meta value (a tensor or a tuple of them)
     _count: int = 0
+    # Each reduction made so far, by everything that decides its values: a
+    # graph that reduces the same values twice (mean and sum of one tensor,
+    # amax and logsumexp's max) computes them once.
+    _reductions: dict[tuple, TV] = field(default_factory=dict)
 
     def _name(self) -> str:
         self._count += 1
@@ -144,11 +148,16 @@ class Lowerer:
         acc = acc_dtype or dtype
         if expr.dtype != acc:
             expr = cast(expr, acc)
+        strides = tuple(strides or contiguous(sizes))
+        key = (sizes, reduce_sizes, kind, dtype, acc, expr, strides)
+        known = self._reductions.get(key)
+        if known is not None and known.name in self.nodes:  # (not rolled back)
+            return known
         node = Reduction(
             self._name(), sizes, reduce_sizes, kind, dtype, acc, expr, self.origin
         )
-        strides = tuple(strides or contiguous(sizes))
-        return self.add(node, TensorSpec(sizes, strides, dtype))
+        self._reductions[key] = made = self.add(node, TensorSpec(sizes, strides, dtype))
+        return made
 
     def scatter(
         self,
