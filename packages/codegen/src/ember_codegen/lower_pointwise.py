@@ -123,7 +123,7 @@ def _pow(lo: Lowerer, a, exponent):
 
 @register(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow_tensor(lo: Lowerer, base, exponent):
-    # A tensor exponent (an optimizer's beta ** step): std::pow per element, as
+    # A tensor exponent (an optimizer's beta ** step): libm's pow per element, as
     # torch's kernel computes it outside its vectorized loop.
     if not _out(lo).dtype.is_floating_point:
         raise Unsupported
