@@ -859,7 +859,9 @@ def test_convolutions_and_what_flows_between_them_run_channels_last(cpp):
         )
 
     compiled = cpp(fn, *inputs())
-    check(compiled, fn, *inputs())
+    # oneDNN sums a channels-last convolution in another order than a
+    # row-major one: float32 rounding apart, then summed over 64 positions.
+    check(compiled, fn, *inputs(), rtol=2e-5, atol=2e-4)
     wrapper = compiled.wrapper_source
     assert wrapper.count("torch.convolution(") == 2
     # Operands copied channels-last: the input, both weights.
