@@ -893,6 +893,30 @@ def test_a_convolution_result_a_view_or_the_output_reads_keeps_its_layout(cpp):
     assert flat.is_contiguous()
 
 
+def test_what_a_library_call_returns_from_a_channels_last_input_keeps_its_layout(
+    cpp,
+):
+    """A convolution whose result is returned runs as eager lays it out, and
+    so does an op through torch (erfinv has no lowering): given the
+    channels-last activations between, torch returns channels-last results,
+    which the wrapper gives back in eager's strides."""
+
+    def fn(x, w1, w2):
+        y = aten.relu.default(_conv(x, w1))
+        return (_conv(y, w2), aten.erfinv.default(aten.mul.Tensor(y, 0.01)))
+
+    x, w1, w2 = (
+        torch.randn(2, 3, 9, 9),
+        torch.randn(8, 3, 3, 3),
+        torch.randn(4, 8, 3, 3),
+    )
+    compiled = cpp(fn, x, w1, w2)
+    assert "(648, 1, 72, 8)" in compiled.wrapper_source  # y is channels-last
+    check(compiled, fn, x, w1, w2, rtol=2e-5, atol=2e-4)
+    conv = compiled(x, w1, w2)[0]
+    assert conv.view(2, -1).shape == (2, 324)  # row-major, as eager's
+
+
 AVG_POOLS = {
     "padded": ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], False, True, None),
     "ceil_no_pad_count": ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], True, False, None),

@@ -457,3 +457,20 @@ def test_the_same_reduction_is_computed_once(cpp):
     check(compiled, fn, x)
     assert compiled.cpp_source.count(" = sum of ") == 1
     assert compiled.cpp_source.count(" = max of ") == 1
+
+
+def test_outputs_computed_as_one_reduction_are_still_two_tensors(cpp):
+    """``(x.sum(1), x.sum(1))`` reduces once, but returns two tensors, as eager
+    does: writing into one leaves the other alone."""
+
+    def fn(x):
+        return (aten.sum.dim_IntList(x, [1]), aten.sum.dim_IntList(x, [1]))
+
+    x = torch.randn(5, 7)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    first, second = compiled(x)
+    assert first.data_ptr() != second.data_ptr()
+    first.add_(1)
+    torch.testing.assert_close(second, x.sum(1))
+    assert compiled.cpp_source.count(" = sum of ") == 1

@@ -412,24 +412,39 @@ def split_units(source: str, jobs: int) -> list[str]:
     return [head + "\n" + "\n".join(share) + "\n" for share in shares]
 
 
+# At most this many compiler processes for one graph, whatever the CPU count
+# (each takes about 100 MB; several processes may compile at once).
+MAX_BUILD_JOBS = 8
+
+
 def _jobs() -> int:
     """Compiler processes to run side by side: the CPUs this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if not hasattr(os, "sched_getaffinity"):
+        return 1
+    return min(len(os.sched_getaffinity(0)), MAX_BUILD_JOBS)
 
 
 def _build_in_parallel(compiler: str, units: list[str], work: Path, out: Path) -> bool:
     """Compiles ``units`` to objects side by side and links them into ``out``;
     False if any step fails (the caller then compiles the whole source, whose
-    error message names the file the user can read)."""
+    error message names the file the user can read). Every compiler started
+    has finished when it returns."""
+    flags = [f for f in cxx_flags() if f != "-shared"]
     objects, running = [], []
-    for i, unit in enumerate(units):
-        path, obj = work / f"unit{i}.cpp", work / f"unit{i}.o"
-        path.write_text(unit)
-        flags = [f for f in cxx_flags() if f != "-shared"]
-        command = [compiler, *flags, "-c", str(path), "-o", str(obj)]
-        running.append(subprocess.Popen(command, stderr=subprocess.DEVNULL))
-        objects.append(str(obj))
-    if any(process.wait() != 0 for process in running):
+    try:
+        for i, unit in enumerate(units):
+            path, obj = work / f"unit{i}.cpp", work / f"unit{i}.o"
+            path.write_text(unit)
+            command = [compiler, *flags, "-c", str(path), "-o", str(obj)]
+            running.append(subprocess.Popen(command, stderr=subprocess.DEVNULL))
+            objects.append(str(obj))
+    except OSError:
+        for process in running:
+            process.kill()
+            process.wait()
+        return False
+    codes = [process.wait() for process in running]
+    if any(codes):
         return False
     link = [compiler, "-shared", "-fopenmp", *objects, "-o", str(out)]
     return subprocess.run(link, stderr=subprocess.DEVNULL).returncode == 0

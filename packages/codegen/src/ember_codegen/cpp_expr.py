@@ -51,6 +51,8 @@ static inline bool signbit(double x) { return __builtin_signbit(x); }
 static inline float abs(float x) { return __builtin_fabsf(x); }
 static inline double abs(double x) { return __builtin_fabs(x); }
 template <typename T> static inline T abs(T x) { return x < 0 ? T(-x) : x; }
+#undef EMBER_MATH1
+#undef EMBER_MATH2
 }  // namespace ember
 
 // bfloat16 and float16 buffers hold the 16-bit patterns; values are computed in

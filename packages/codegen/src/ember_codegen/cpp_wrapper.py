@@ -88,8 +88,11 @@ def emit_cpp_wrapper(
     }
     view_bases = {s.base for s in schedule.steps if isinstance(s, AliasView)}
     tensor_needed |= view_bases
-    # Kernels and strided views index these with the strides the meta kernel gave.
-    read_by_kernels = view_bases | {
+    # Kernels and strided views index these with the strides the meta kernel
+    # gave, and the caller gets outputs with eager's strides (a library call
+    # or an op through torch given a channels-last input may return that).
+    read_by_kernels = view_bases | {n for n in lowered.outputs if n}
+    read_by_kernels |= {
         n for s in schedule.steps if isinstance(s, Kernel) for n in s.reads
     }
     # A pointer several kernels take is read from its tensor once.

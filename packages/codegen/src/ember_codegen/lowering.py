@@ -318,9 +318,10 @@ def lower_graph(
     outputs: list[str | None] = []
     output_constants: dict[int, object] = {}
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    returned: dict[str, torch.fx.Node] = {}
     for i, value in enumerate(pytree.tree_leaves(out_node.args[0])):
         if isinstance(value, torch.fx.Node) and isinstance(env.get(value), TV):
-            outputs.append(env[value].name)
+            outputs.append(_own_output(lo, env[value], value, returned))
         else:
             outputs.append(None)
             output_constants[i] = value
@@ -333,6 +334,20 @@ def lower_graph(
         output_constants,
         tuple(sorted(fallback_ops)),
     )
+
+
+def _own_output(
+    lo: Lowerer, tv: TV, node: torch.fx.Node, returned: dict[str, torch.fx.Node]
+) -> str:
+    """The IR name graph output ``node`` returns: ``tv``'s, or a copy's where
+    another output node got the same reduction (``Lowerer.reduction`` computes
+    a reduction made twice once, but eager returns two tensors: writing into
+    one must not change the other, nor a tensor saved for the backward)."""
+    first = returned.setdefault(tv.name, node)
+    if first is node or not isinstance(lo.nodes[tv.name], Reduction):
+        return tv.name
+    strides = lo.specs[tv.name].strides
+    return lo.pointwise(tv.sizes, tv.dtype, lambda i: lo.load(tv, i), strides).name
 
 
 _C_KEYWORDS = frozenset(
