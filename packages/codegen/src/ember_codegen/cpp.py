@@ -28,7 +28,7 @@ from .cpp_expr import (
     value_type,
 )
 from .cpp_reduce import column_reductions, next_rows, reductions
-from .indexing import Index, render, substitute, var, var_step
+from .indexing import Index, render, substitute, unit_stride_dim, var
 from .ir import (
     C_TYPES,
     HALF_TYPES,
@@ -206,12 +206,8 @@ def _inner_dim(kernel: Kernel, scope: Scope) -> int | None:
         if ld.name in scope.strides
     ]
 
-    def unit_steps(d: int) -> int:
-        return sum(var_step(flat, f"i{d}") == 1 for flat in flats)
-
-    last = len(sizes) - 1
-    best = max((d for d in range(last) if sizes[d] > 1), key=unit_steps, default=None)
-    if best is None or unit_steps(best) <= unit_steps(last):
+    best = unit_stride_dim(flats, sizes)
+    if best == len(sizes) - 1:
         return None
     # Other dims of size 1 only: the logical order keeps the loop on the team.
     if numel([n for d, n in enumerate(sizes) if d != best]) == 1:

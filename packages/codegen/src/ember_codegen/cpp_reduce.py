@@ -26,7 +26,15 @@ from .cpp_expr import (
     store_code,
     value_type,
 )
-from .indexing import Var, indirect_terms, render, substitute, var, var_step
+from .indexing import (
+    Var,
+    indirect_terms,
+    render,
+    substitute,
+    unit_stride_dim,
+    var,
+    var_step,
+)
 from .ir import HALF_TYPES, Load, Pointwise, Reduction, describe_origin, loads
 from .lowering import contiguous
 from .scheduler import Kernel
@@ -583,18 +591,6 @@ def _column_dim(group: list, kernel: Kernel, scope: Scope) -> int | None:
 def _lane_dim(first: Reduction, reads: list, stores: list) -> int:
     """The last output dim, unless another steps by one element in more of the
     kernel's reads and stores (a channels-last pooling: the channels)."""
-    rank = len(first.sizes)
-    flats = reads + [
-        offset(tuple(ivar(d) for d in range(rank)), strides)
-        for strides in stores
-        if strides is not None
-    ]
-
-    def unit_steps(d: int) -> int:
-        return sum(var_step(flat, f"i{d}") == 1 for flat in flats)
-
-    last = rank - 1
-    best = max(
-        (d for d in range(last) if first.sizes[d] > 1), key=unit_steps, default=last
-    )
-    return best if unit_steps(best) > unit_steps(last) else last
+    index = tuple(ivar(d) for d in range(len(first.sizes)))
+    flats = reads + [offset(index, s) for s in stores if s is not None]
+    return unit_stride_dim(flats, first.sizes)

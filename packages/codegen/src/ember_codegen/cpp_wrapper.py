@@ -91,10 +91,8 @@ def emit_cpp_wrapper(
     # Kernels and strided views index these with the strides the meta kernel
     # gave, and the caller gets outputs with eager's strides (a library call
     # or an op through torch given a channels-last input may return that).
-    read_by_kernels = view_bases | {n for n in lowered.outputs if n}
-    read_by_kernels |= {
-        n for s in schedule.steps if isinstance(s, Kernel) for n in s.reads
-    }
+    spec_layout = view_bases | {n for n in lowered.outputs if n}
+    spec_layout |= {n for s in schedule.steps if isinstance(s, Kernel) for n in s.reads}
     # A pointer several kernels take is read from its tensor once.
     kernel_uses: dict[str, int] = {}
     for step in schedule.steps:
@@ -141,7 +139,7 @@ def emit_cpp_wrapper(
                 )
             )
         elif isinstance(step, Extern):
-            body += _extern(step, specs, read_by_kernels, given)
+            body += _extern(step, specs, spec_layout, given)
             kind = "fallback" if step.fallback else "extern"
             touched = dict.fromkeys([*_refs(step), *filter(None, step.outputs)])
             moved = sum(nbytes(specs[n]) for n in touched if n in specs)
@@ -202,9 +200,7 @@ def _allocate(alloc, spec: TensorSpec, as_tensor: bool) -> list[str]:
     ]
 
 
-def _extern(
-    step: Extern, specs, read_by_kernels: set[str], given: set[str]
-) -> list[str]:
+def _extern(step: Extern, specs, spec_layout: set[str], given: set[str]) -> list[str]:
     names = {n: n for n in _refs(step)}
     lines = []
     if step.op in STORAGE_READERS and isinstance(step.args[0], Ref):
@@ -226,7 +222,7 @@ def _extern(
     for name in targets:
         if (
             name != "_"
-            and name in read_by_kernels
+            and name in spec_layout
             and (step.fallback or step.op not in CONTIGUOUS_RESULTS)
         ):
             lines.append(f"{name} = fix_layout({name}, {_layout(specs[name])})")

@@ -7,7 +7,7 @@ An ``Indirect`` term is a value read at run time (gather, embedding, index).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -243,6 +243,19 @@ def var_step(flat: Index, name: str) -> int | None:
         elif isinstance(term, (Div, Mod)) and var_step(term.num, name) != 0:
             return None
     return step
+
+
+def unit_stride_dim(flats: Sequence[Index], sizes: Sequence[int]) -> int:
+    """The loop dim (``i{d}``) along which the most of the flat offsets
+    ``flats`` step by exactly one element (they vectorize): the last dim,
+    unless another beats it; ties keep the last, and size-1 dims never win."""
+
+    def unit_steps(d: int) -> int:
+        return sum(var_step(flat, f"i{d}") == 1 for flat in flats)
+
+    last = len(sizes) - 1
+    best = max((d for d in range(last) if sizes[d] > 1), key=unit_steps, default=last)
+    return best if unit_steps(best) > unit_steps(last) else last
 
 
 def render_term(term: Term, leaf: Leaf | None = None) -> str:
