@@ -8,7 +8,7 @@ compiled halves as one autograd node (see docs/aotgrad.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.fx
@@ -34,22 +34,35 @@ def aot_compile(
     bw_compiler: Compiler | None = None,
     decompositions: Decompositions | None = None,
     partitioner: Partitioner = min_cut_partition,
+    dynamic_dims: Mapping[int, Sequence[int]] | None = None,
 ) -> CompiledAot:
     """A callable taking ``gm``'s flat inputs and returning its flat outputs (a tuple).
 
     ``fw_compiler(aten_gm, example_inputs)`` receives the functional forward aten
     graph; when an input requires grad under grad mode, ``bw_compiler`` (default:
     ``fw_compiler``) receives the backward graph on the first backward call.
-    ``decompositions`` defaults to the built-in table. Raises AotGradError, naming
-    the op and the user's line, for a graph that cannot be traced.
+    ``decompositions`` defaults to the built-in table. ``dynamic_dims`` maps an
+    input's index to the dims whose size may change between calls: the graphs
+    the compilers receive then compute those sizes from their inputs, and
+    ``CompiledAot.dynamic`` lists the relations between sizes the caller must
+    check (None when an op made the trace specialize; docs/dynamic.md).
+    Raises AotGradError, naming the op and the user's line, for a graph that
+    cannot be traced.
     """
     table = default_decompositions() if decompositions is None else decompositions
     inputs = list(example_inputs)
     if not needs_backward(inputs):
-        traced = trace(gm, inputs, table)
+        traced = trace(gm, inputs, table, dynamic_dims=dynamic_dims)
         _mark_input_updates(traced.gm, traced.layout)
-        return CompiledAot(traced.layout, fw_compiler(traced.gm, inputs), gm)
-    traced = trace(gm, inputs, table, joint=True)
+        compiled = fw_compiler(traced.gm, inputs)
+        return CompiledAot(
+            traced.layout,
+            compiled,
+            gm,
+            dynamic=traced.dynamic,
+            specialized=traced.specialized,
+        )
+    traced = trace(gm, inputs, table, joint=True, dynamic_dims=dynamic_dims)
     layout = traced.layout
     part = partitioner(traced.gm, layout.num_forward_outputs)
     plan = BackwardPlan(
@@ -62,7 +75,16 @@ def aot_compile(
         trace_device(inputs),
     )
     _mark_input_updates(part.forward, layout)
-    return CompiledAot(layout, fw_compiler(part.forward, inputs), gm, plan, part)
+    compiled = fw_compiler(part.forward, inputs)
+    return CompiledAot(
+        layout,
+        compiled,
+        gm,
+        plan,
+        part,
+        dynamic=traced.dynamic,
+        specialized=traced.specialized,
+    )
 
 
 # The forward graph's meta entry naming its in-place updates of inputs.

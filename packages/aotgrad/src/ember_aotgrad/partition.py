@@ -106,6 +106,8 @@ def _weight(node: torch.fx.Node) -> int:
     if _is_input_view(node):
         return 0
     val = node.meta.get("val")
+    if isinstance(val, (int, torch.SymInt)):
+        return 1  # a size (docs/dynamic.md): the backward gets it as an int
     if not isinstance(val, torch.Tensor):
         return _INF  # a tuple-valued op: save its getitems instead
     return val.numel() * val.element_size()

@@ -32,6 +32,15 @@ from .functionalize import (
     replay,
     with_defaults,
 )
+from .symbolic import (
+    NoShapeRule,
+    ShapeEnv,
+    expr_of,
+    has_symbols,
+    is_symbolic,
+    run_symbolic,
+)
+from .symbolic.fx import SizeNodes
 
 Decompositions = Mapping[torch._ops.OpOverload, Callable[..., Any]]
 
@@ -55,9 +64,13 @@ class AtenRecorder(TorchDispatchMode):
         mutation_rules: Decompositions,
         device: torch.device,
         on_meta: bool,
+        env: ShapeEnv | None = None,
     ) -> None:
         super().__init__()
         self.graph = torch.fx.Graph()
+        # With symbolic input sizes: their symbols, and the nodes computing sizes.
+        self.env = env
+        self.sizes = SizeNodes(self.graph)
         self.decompositions = decompositions
         self.mutation_rules = mutation_rules
         self.device = device
@@ -101,6 +114,10 @@ class AtenRecorder(TorchDispatchMode):
             return self.current(self.ref_of(value))
         if isinstance(value, torch.device) and value.type == "meta":
             return self.device
+        if isinstance(value, torch.SymInt):
+            return self.sizes.node(expr_of(value))
+        if is_symbolic(value):
+            raise NoShapeRule(f"a symbolic {type(value).__name__} argument ({value})")
         return value
 
     def current(self, ref: Ref) -> torch.fx.Node:
@@ -118,7 +135,11 @@ class AtenRecorder(TorchDispatchMode):
             torch.fx.Node, lambda n: n.meta["val"], (args, kwargs)
         )
         node = self._new_node(op, args, kwargs)
-        node.meta["val"] = _snapshot(op(*vargs, **vkwargs))
+        if self.env is not None and has_symbols((vargs, vkwargs)):
+            value = run_symbolic(self.env, op, vargs, vkwargs)
+        else:
+            value = op(*vargs, **vkwargs)
+        node.meta["val"] = _snapshot(value)
         return node
 
     # -- dispatch ------------------------------------------------------------------
@@ -253,7 +274,11 @@ class AtenRecorder(TorchDispatchMode):
             if _is_factory(func, args) and "device" not in kwargs:
                 kwargs = {**kwargs, "device": torch.device("meta")}
         try:
+            if self.env is not None and has_symbols((args, kwargs)):
+                return run_symbolic(self.env, func, args, kwargs)
             return autocast.lift(func(*args, **kwargs), self.on_device)
+        except NoShapeRule:
+            raise
         except NotImplementedError as e:
             if self.on_meta:
                 raise NeedsRealTensors(str(func)) from e
@@ -364,7 +389,7 @@ class LocatingInterpreter(torch.fx.Interpreter):
             elif n.target is autocast.EXIT:
                 self.autocast_modes.pop()
             return result
-        except (AotGradError, NeedsRealTensors):
+        except (AotGradError, NeedsRealTensors, NoShapeRule):
             raise
         except Exception as e:
             where = f" (from {n.meta['user_loc']})" if n.meta.get("user_loc") else ""

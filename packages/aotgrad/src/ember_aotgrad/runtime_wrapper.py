@@ -15,6 +15,7 @@ from .errors import AotGradError
 from .partition import Partition
 from .trace import (
     ConstantOutput,
+    Dynamic,
     GraphLayout,
     GraphOutput,
     InputAlias,
@@ -83,7 +84,10 @@ class AotFunction(torch.autograd.Function):
         plan = runner.backward_plan
         num_fw = runner.layout.num_forward_outputs
         ctx.plan = plan
-        ctx.save_for_backward(*outs[num_fw:])
+        saved = outs[num_fw:]
+        # Sizes saved for a graph with symbolic sizes are ints, kept beside.
+        ctx.save_for_backward(*(s for s in saved if isinstance(s, torch.Tensor)))
+        ctx.sizes = [None if isinstance(s, torch.Tensor) else s for s in saved]
         fw_outs = tuple(outs[:num_fw])
         differentiable = set(plan.tangent_outputs)
         ctx.mark_non_differentiable(
@@ -100,8 +104,10 @@ class AotFunction(torch.autograd.Function):
             )
         plan: BackwardPlan = ctx.plan
         tangents = [grad_outputs[k].contiguous() for k in plan.tangent_outputs]
+        tensors = iter(ctx.saved_tensors)
+        saved = [next(tensors) if s is None else s for s in ctx.sizes]
         with autocast.off_if_on():  # the backward's dtypes were traced too
-            grads = plan.run([*ctx.saved_tensors, *tangents])
+            grads = plan.run([*saved, *tangents])
         per_input: list[torch.Tensor | None] = [None] * plan.num_inputs
         for i, g in zip(plan.grad_inputs, grads):
             per_input[i] = g
@@ -124,6 +130,10 @@ class CompiledAot:
     eager: torch.fx.GraphModule
     backward_plan: BackwardPlan | None = None
     partition: Partition | None = None  # for inspection: what the forward saves
+    # With symbolic sizes: the symbols' inputs and dims, and the relations
+    # between sizes that the caller must check before a call (docs/dynamic.md).
+    dynamic: Dynamic | None = None
+    specialized: str | None = None  # why sizes asked to be symbolic were not
     # False when the caller's own guards check every tensor input's
     # requires_grad (ember's do): the per-call re-check is then skipped.
     check_inputs: bool = True

@@ -8,10 +8,12 @@ and, for a joint trace, which outputs get tangents and which inputs get gradient
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import sympy
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
@@ -26,6 +28,8 @@ from .recorder import (
     LocatingInterpreter,
     NeedsRealTensors,
 )
+from .symbolic import NoShapeRule, ShapeEnv
+from .symbolic.propagate import dense_strides
 
 log = logging.getLogger("ember.aotgrad")
 
@@ -79,11 +83,25 @@ class GraphLayout:
 
 
 @dataclass(frozen=True)
+class Dynamic:
+    """What a trace with symbolic sizes assumed: each symbol's (input, dim),
+    and the relations between sizes (sympy) that must hold for the graph to
+    be right; a caller checks them before running the graph on new sizes."""
+
+    symbols: dict[str, tuple[int, int]]
+    guards: tuple[sympy.Basic, ...]
+
+
+@dataclass(frozen=True)
 class AtenTrace:
-    """A traced aten graph and its GraphLayout."""
+    """A traced aten graph and its GraphLayout; ``dynamic`` is None when the
+    graph is specialized to the example sizes."""
 
     gm: torch.fx.GraphModule
     layout: GraphLayout
+    dynamic: Dynamic | None = None
+    # why a trace asked for symbolic sizes specialized instead
+    specialized: str | None = None
 
 
 def trace(
@@ -92,6 +110,7 @@ def trace(
     decompositions: Decompositions,
     joint: bool = False,
     standalone: bool = False,
+    dynamic_dims: Mapping[int, Sequence[int]] | None = None,
 ) -> AtenTrace:
     """Trace ``gm`` on ``example_inputs``; see AtenTrace for what comes back.
 
@@ -99,14 +118,31 @@ def trace(
     ``standalone`` (trace_to_aten) makes every tensor the user gets back a graph
     output: those that view an input, and those inside nested outputs (a
     torch.return_types, a tuple of tuples), flattened in pytree order.
+    ``dynamic_dims`` maps an input's index to the dims whose size is a symbol:
+    the graph then reads those sizes from its inputs (docs/dynamic.md). When an
+    op has no symbolic shape rule, the trace specializes to the example sizes
+    and says why in ``AtenTrace.specialized``.
     Raises AotGradError naming the op and user line for graphs it cannot trace.
     """
+    args = (gm, example_inputs, decompositions, joint, standalone)
+    specialized = None
+    if dynamic_dims:
+        try:
+            return _trace(*args, True, dynamic_dims)
+        except (NoShapeRule, NeedsRealTensors) as e:
+            specialized = (
+                str(e) if isinstance(e, NoShapeRule) else (f"no meta kernel for {e}")
+            )
+            log.debug("specializing to the example sizes: %s", specialized)
     try:
-        return _trace(gm, example_inputs, decompositions, joint, standalone, True)
+        traced = _trace(*args, True)
     except NeedsRealTensors as e:
         log.debug("no meta kernel for %s; tracing on copies of the inputs", e)
-    with torch.random.fork_rng(devices=[]):
-        return _trace(gm, example_inputs, decompositions, joint, standalone, False)
+        with torch.random.fork_rng(devices=[]):
+            traced = _trace(*args, False)
+    if specialized is not None:
+        traced = dataclasses.replace(traced, specialized=specialized)
+    return traced
 
 
 def trace_device(example_inputs: Sequence[object]) -> torch.device:
@@ -117,21 +153,54 @@ def trace_device(example_inputs: Sequence[object]) -> torch.device:
     )
 
 
-def _trace(gm, example_inputs, decompositions, joint, standalone, on_meta):
+def _trace(
+    gm, example_inputs, decompositions, joint, standalone, on_meta, dynamic_dims=None
+):
     device = trace_device(example_inputs)
-    rec = AtenRecorder(decompositions, MUTATION_RULES, device, on_meta)
+    env = ShapeEnv() if dynamic_dims else None
+    rec = AtenRecorder(decompositions, MUTATION_RULES, device, on_meta, env)
     regions = autocast.has_regions(gm)
     if regions and on_meta:
+        if env is not None:
+            raise NoShapeRule("autocast regions with symbolic sizes")
         rec.on_device = device
     values = []
+    symbols: dict[str, tuple[int, int]] = {}
     for i, value in enumerate(example_inputs):
         node = rec.graph.placeholder(f"arg{i}")
         if isinstance(value, torch.Tensor):
+            dims = (dynamic_dims or {}).get(i, ())
             value = autocast.lift(_traced_input(value, on_meta, joint), rec.on_device)
+            if dims:
+                value = _symbolic_input(rec, value, node, i, dims, symbols)
             rec.track(value, node, input_index=i)
         values.append(value)
     with autocast.no_autocast(regions):
-        return _trace_values(gm, rec, values, joint, standalone)
+        traced = _trace_values(gm, rec, values, joint, standalone)
+    if env is None:
+        return traced
+    return dataclasses.replace(traced, dynamic=Dynamic(symbols, tuple(env.guards)))
+
+
+def _symbolic_input(rec, value, node, index, dims, symbols) -> torch.Tensor:
+    """``value`` (a meta tensor) with a new symbol as the size of each of ``dims``."""
+    sizes = [sympy.Integer(s) for s in value.shape]
+    for d in dims:
+        name = f"s{len(symbols)}"
+        sym = rec.env.symbol(name, value.shape[d])
+        rec.sizes.sources[sym] = (node, d)
+        symbols[name] = (index, d)
+        sizes[d] = sym
+    st = dense_strides(sizes, value)
+    if [rec.env.evaluate(s) for s in st] != list(value.stride()):
+        raise NoShapeRule(f"input {index} is not dense; its strides stay fixed")
+    traced = torch.empty_strided(
+        [rec.env.sym_int(s) for s in sizes],
+        [rec.env.sym_int(s) for s in st],
+        dtype=value.dtype,
+        device="meta",
+    )
+    return traced.requires_grad_(value.requires_grad)
 
 
 def _trace_values(gm, rec, values, joint, standalone):
@@ -248,7 +317,7 @@ def _record_backward(rec, flat, graph_outputs, tangent_outputs, values, grad_inp
     try:
         with rec:
             grads = torch.autograd.grad(outs, inputs, tangents, allow_unused=True)
-    except (AotGradError, NeedsRealTensors):
+    except (AotGradError, NeedsRealTensors, NoShapeRule):
         raise
     except Exception as e:
         raise AotGradError(

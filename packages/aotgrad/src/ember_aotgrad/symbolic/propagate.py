@@ -1,0 +1,99 @@
+"""Run one aten op on tensors with symbolic sizes.
+
+torch's meta kernels want concrete sizes, so the op runs on meta tensors of the
+example sizes (for dtypes, output count and the example strides), and the op's
+shape rule gives the symbolic sizes; the outputs are meta tensors with those
+sizes. Each output's rule is checked against the example run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+
+from . import views  # noqa: F401  (registers the view rules)
+from .rules import Layout, NoShapeRule, rule_for
+from .sym import ShapeEnv, hint_of, is_symbolic
+
+
+def has_symbols(args: object) -> bool:
+    """Whether any tensor in ``args`` has a symbolic size or any value is symbolic."""
+    for leaf in pytree.tree_leaves(args):
+        if is_symbolic(leaf):
+            return True
+        if isinstance(leaf, torch.Tensor) and any(
+            is_symbolic(s) for s in (*leaf.shape, *leaf.stride())
+        ):
+            return True
+    return False
+
+
+def concrete(value: object) -> object:
+    """``value`` at the example sizes: a meta tensor of the hints, or a hint."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(
+            [hint_of(s) for s in value.shape],
+            [hint_of(s) for s in value.stride()],
+            dtype=value.dtype,
+            device="meta",
+        )
+    return hint_of(value)
+
+
+def run_symbolic(env: ShapeEnv, func, args: tuple, kwargs: dict) -> object:
+    """``func(*args, **kwargs)`` whose tensors have symbolic sizes; raises
+    NoShapeRule when the op has no rule for them."""
+    cargs, ckwargs = pytree.tree_map(concrete, (args, kwargs))
+    example = func(*cargs, **ckwargs)
+    layouts = rule_for(func)(env, *args, **kwargs)
+    if isinstance(example, torch.Tensor):
+        return _build(env, func, layouts, example)
+    if isinstance(layouts, Layout):
+        layouts = [layouts]
+    outs = []
+    for k, item in enumerate(example):
+        if isinstance(item, torch.Tensor):
+            outs.append(_build(env, func, layouts[k], item))
+        else:
+            outs.append(item)
+    return type(example)(outs) if isinstance(example, tuple) else outs
+
+
+def _build(env: ShapeEnv, func, layout: Layout | Sequence, example: torch.Tensor):
+    if not isinstance(layout, Layout):
+        (layout,) = layout
+    sizes = layout.sizes
+    st = layout.strides or dense_strides(sizes, example)
+    got = [env.evaluate(sympy.sympify(e)) for e in (*sizes, *st)]
+    want = [*example.shape, *example.stride()]
+    # a size-1 dim's stride is free: eager and the rule may differ there
+    mismatch = [
+        k
+        for k, (g, w) in enumerate(zip(got, want))
+        if g != w and not (k >= len(sizes) and example.shape[k - len(sizes)] == 1)
+    ]
+    if len(got) != len(want) or mismatch:
+        raise NoShapeRule(
+            f"the shape rule of {func} gives {got}, the example run {want}"
+        )
+    return torch.empty_strided(
+        [env.sym_int(s) for s in sizes],
+        [env.sym_int(s) for s in st],
+        dtype=example.dtype,
+        device="meta",
+    )
+
+
+def dense_strides(sizes: Sequence[sympy.Expr], example: torch.Tensor) -> tuple:
+    """Strides over ``sizes`` that are dense in the order of ``example``'s
+    strides (innermost first: smallest stride, later dim on ties)."""
+    order = sorted(range(len(sizes)), key=lambda d: (example.stride()[d], -d))
+    out: list[sympy.Expr] = [sympy.Integer(0)] * len(sizes)
+    step: sympy.Expr = sympy.Integer(1)
+    for d in order:
+        out[d] = step
+        step = step * sizes[d]
+    return tuple(out)

@@ -1,0 +1,404 @@
+"""Shape rules: the symbolic sizes (and, for views, strides) of an aten op's outputs.
+
+A rule gets the op's arguments as traced (tensors with symbolic sizes, SymInts)
+and returns one ``Layout`` per output tensor, in sympy. Rules are registered
+per op overload, or per family (every pointwise op); an op with no rule makes
+the trace specialize (docs/dynamic.md). A rule that must branch on sizes asks
+``env.decide``, which records the relation it took as a guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+
+from .sym import ShapeEnv, expr_of
+
+aten = torch.ops.aten
+Shape = tuple[sympy.Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One output's symbolic sizes; ``strides`` only for a view (others are
+    dense in the order of the strides the op gave at the example sizes)."""
+
+    sizes: Shape
+    strides: Shape | None = None
+
+
+class NoShapeRule(Exception):
+    """The op's output sizes cannot be written symbolically (yet)."""
+
+
+Rule = Callable[..., "Layout | Sequence[Layout]"]
+RULES: dict[torch._ops.OpOverload, Rule] = {}
+
+
+def shape_rule(*ops: torch._ops.OpOverload) -> Callable[[Rule], Rule]:
+    """Registers the decorated ``rule(env, *args, **kwargs)`` for ``ops``."""
+
+    def register(rule: Rule) -> Rule:
+        for op in ops:
+            RULES[op] = rule
+        return rule
+
+    return register
+
+
+def rule_for(func: torch._ops.OpOverload) -> Rule:
+    rule = RULES.get(func)
+    if rule is not None:
+        return rule
+    if torch.Tag.pointwise in func.tags:
+        return _pointwise
+    raise NoShapeRule(f"no symbolic shape rule for {func}")
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def shape(t: torch.Tensor) -> Shape:
+    return tuple(expr_of(s) for s in t.shape)
+
+
+def strides(t: torch.Tensor) -> Shape:
+    return tuple(expr_of(s) for s in t.stride())
+
+
+def _dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+def _exprs(values: Sequence) -> Shape:
+    return tuple(expr_of(v) for v in values)
+
+
+def broadcast(env: ShapeEnv, *shapes: Shape) -> Shape:
+    """Broadcast of ``shapes`` (right-aligned); two different symbolic sizes
+    that meet are taken equal (a guard), as eager would require."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(ndim):
+        size: sympy.Expr = sympy.Integer(1)
+        for s in shapes:
+            j = len(s) - ndim + k
+            if j < 0 or s[j] == 1:
+                continue
+            if size == 1:
+                size = s[j]
+            elif size != s[j] and not env.decide(sympy.Eq(size, s[j])):
+                raise NoShapeRule(f"sizes {size} and {s[j]} do not broadcast")
+        out.append(size)
+    return tuple(out)
+
+
+def _tensors(args: object) -> list[torch.Tensor]:
+    return [a for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+
+
+def _pointwise(env: ShapeEnv, *args, **kwargs) -> Layout:
+    return Layout(broadcast(env, *(shape(t) for t in _tensors((args, kwargs)))))
+
+
+# -- same sizes as an argument --------------------------------------------------------
+
+
+def _like_first(env: ShapeEnv, x, *args, **kwargs) -> Layout:
+    return Layout(shape(x))
+
+
+shape_rule(
+    aten.clone.default,
+    aten._to_copy.default,
+    aten._softmax.default,
+    aten._log_softmax.default,
+    aten._safe_softmax.default,
+    aten.empty_like.default,
+    aten.zeros_like.default,
+    aten.ones_like.default,
+    aten.full_like.default,
+    aten.rand_like.default,
+    aten.randn_like.default,
+    aten.bernoulli.default,
+    aten.bernoulli.p,
+    aten.cumsum.default,
+    aten.tril.default,
+    aten.triu.default,
+    aten.copy.default,
+    aten.fill.Scalar,
+    aten.fill.Tensor,
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter_add.default,
+    aten.index_put.default,
+    aten.lift_fresh_copy.default,
+)(_like_first)
+
+
+@shape_rule(
+    aten._softmax_backward_data.default, aten._log_softmax_backward_data.default
+)
+def _softmax_backward(env, grad, *args, **kwargs) -> Layout:
+    return Layout(shape(grad))
+
+
+@shape_rule(aten.native_dropout.default)
+def _dropout(env, x, *args, **kwargs) -> list[Layout]:
+    return [Layout(shape(x)), Layout(shape(x))]
+
+
+@shape_rule(aten.sort.default, aten.sort.stable)
+def _sort(env, x, *args, **kwargs) -> list[Layout]:
+    return [Layout(shape(x)), Layout(shape(x))]
+
+
+@shape_rule(aten.topk.default)
+def _topk(env, x, k, dim=-1, *args, **kwargs) -> list[Layout]:
+    sizes = list(shape(x))
+    sizes[_dim(dim, len(sizes))] = expr_of(k)
+    return [Layout(tuple(sizes)), Layout(tuple(sizes))]
+
+
+# -- reductions ---------------------------------------------------------------------
+
+
+def _reduced(x: torch.Tensor, dims, keepdim: bool) -> Shape:
+    sizes = shape(x)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        dims = range(len(sizes))
+    elif isinstance(dims, int):
+        dims = [dims]
+    drop = {_dim(d, len(sizes)) for d in dims} if sizes else set()
+    if keepdim:
+        return tuple(sympy.Integer(1) if k in drop else s for k, s in enumerate(sizes))
+    return tuple(s for k, s in enumerate(sizes) if k not in drop)
+
+
+@shape_rule(
+    aten.sum.dim_IntList,
+    aten.mean.dim,
+    aten.amax.default,
+    aten.amin.default,
+    aten.prod.dim_int,
+    aten.any.dim,
+    aten.any.dims,
+    aten.all.dim,
+    aten.argmax.default,
+    aten.argmin.default,
+    aten.logsumexp.default,
+    aten.norm.ScalarOpt_dim,
+)
+def _reduction(env, x, dims=None, keepdim=False, *args, **kwargs) -> Layout:
+    if isinstance(dims, bool):  # prod.dim_int(x, dim, keepdim) has an int dim
+        dims = None
+    return Layout(_reduced(x, dims, kwargs.get("keepdim", keepdim)))
+
+
+@shape_rule(aten.sum.default, aten.mean.default, aten.any.default)
+def _full_reduction(env, x, *args, **kwargs) -> Layout:
+    return Layout(())
+
+
+@shape_rule(aten.var.correction, aten.std.correction)
+def _var(env, x, dims=None, *args, correction=None, keepdim=False) -> Layout:
+    return Layout(_reduced(x, dims, keepdim))
+
+
+@shape_rule(aten.var_mean.correction)
+def _var_mean(env, x, dims=None, *args, correction=None, keepdim=False):
+    out = Layout(_reduced(x, dims, keepdim))
+    return [out, out]
+
+
+@shape_rule(aten.max.dim, aten.min.dim)
+def _max_dim(env, x, dim, keepdim=False) -> list[Layout]:
+    out = Layout(_reduced(x, [dim], keepdim))
+    return [out, out]
+
+
+# -- matmuls ------------------------------------------------------------------------
+
+
+@shape_rule(aten.mm.default)
+def _mm(env, a, b) -> Layout:
+    return Layout((shape(a)[0], shape(b)[1]))
+
+
+@shape_rule(aten.addmm.default)
+def _addmm(env, bias, a, b, **kwargs) -> Layout:
+    return Layout((shape(a)[0], shape(b)[1]))
+
+
+@shape_rule(aten.bmm.default)
+def _bmm(env, a, b) -> Layout:
+    return Layout((shape(a)[0], shape(a)[1], shape(b)[2]))
+
+
+@shape_rule(aten.baddbmm.default)
+def _baddbmm(env, bias, a, b, **kwargs) -> Layout:
+    return _bmm(env, a, b)
+
+
+# -- normalization ------------------------------------------------------------------
+
+
+@shape_rule(aten.native_layer_norm.default)
+def _layer_norm(env, x, normalized_shape, *args) -> list[Layout]:
+    sizes = shape(x)
+    axis = len(sizes) - len(normalized_shape)
+    stats = sizes[:axis] + (sympy.Integer(1),) * len(normalized_shape)
+    return [Layout(sizes), Layout(stats), Layout(stats)]
+
+
+@shape_rule(aten.native_layer_norm_backward.default)
+def _layer_norm_backward(env, grad, x, normalized_shape, mean, rstd, w, b, mask):
+    out = [Layout(shape(x))]
+    out.append(Layout(shape(w)) if w is not None else None)
+    out.append(Layout(shape(b)) if b is not None else None)
+    return out
+
+
+# -- indexing -----------------------------------------------------------------------
+
+
+@shape_rule(aten.embedding.default)
+def _embedding(env, weight, indices, *args) -> Layout:
+    return Layout(shape(indices) + shape(weight)[1:])
+
+
+@shape_rule(aten.embedding_dense_backward.default)
+def _embedding_backward(env, grad, indices, num_weights, *args) -> Layout:
+    return Layout((expr_of(num_weights), shape(grad)[-1]))
+
+
+@shape_rule(aten.gather.default)
+def _gather(env, x, dim, index, **kwargs) -> Layout:
+    return Layout(shape(index))
+
+
+@shape_rule(aten.index_select.default)
+def _index_select(env, x, dim, index) -> Layout:
+    sizes = list(shape(x))
+    sizes[_dim(dim, len(sizes))] = shape(index)[0] if shape(index) else sympy.Integer(1)
+    return Layout(tuple(sizes))
+
+
+@shape_rule(aten.index.Tensor)
+def _index(env, x, indices) -> Layout:
+    """Advanced indexing whose index tensors sit next to each other: their
+    broadcast shape replaces the indexed dims in place (else it goes first)."""
+    sizes = shape(x)
+    at = [k for k, i in enumerate(indices) if i is not None]
+    index_shape = broadcast(env, *(shape(indices[k]) for k in at))
+    if at != list(range(at[0], at[-1] + 1)):
+        rest = tuple(s for k, s in enumerate(sizes) if k not in at)
+        return Layout(index_shape + rest)
+    return Layout(sizes[: at[0]] + index_shape + sizes[at[-1] + 1 :])
+
+
+# -- joining and padding ------------------------------------------------------------
+
+
+@shape_rule(aten.cat.default)
+def _cat(env, tensors, dim=0) -> Layout:
+    parts = [shape(t) for t in tensors if not (t.dim() == 1 and shape(t)[0] == 0)]
+    d = _dim(dim, len(parts[0]))
+    total = sympy.Add(*(p[d] for p in parts))
+    return Layout((*parts[0][:d], total, *parts[0][d + 1 :]))
+
+
+@shape_rule(aten.stack.default)
+def _stack(env, tensors, dim=0) -> Layout:
+    sizes = shape(tensors[0])
+    d = _dim(dim, len(sizes) + 1)
+    return Layout((*sizes[:d], sympy.Integer(len(tensors)), *sizes[d:]))
+
+
+@shape_rule(aten.constant_pad_nd.default)
+def _pad(env, x, pad, value=0) -> Layout:
+    sizes = list(shape(x))
+    for k in range(len(pad) // 2):
+        d = len(sizes) - 1 - k
+        sizes[d] = sizes[d] + expr_of(pad[2 * k]) + expr_of(pad[2 * k + 1])
+    return Layout(tuple(sizes))
+
+
+# -- sizes from arguments (factories, backward of views) ------------------------------
+
+
+@shape_rule(
+    aten.empty.memory_format,
+    aten.zeros.default,
+    aten.ones.default,
+    aten.rand.default,
+    aten.randn.default,
+)
+def _factory(env, size, *args, **kwargs) -> Layout:
+    return Layout(_exprs(size))
+
+
+@shape_rule(aten.full.default, aten.empty_strided.default)
+def _full(env, size, *args, **kwargs) -> Layout:
+    return Layout(_exprs(size))
+
+
+@shape_rule(
+    aten.new_empty.default,
+    aten.new_zeros.default,
+    aten.new_ones.default,
+    aten.new_full.default,
+    aten.new_empty_strided.default,
+)
+def _new(env, x, size, *args, **kwargs) -> Layout:
+    return Layout(_exprs(size))
+
+
+@shape_rule(aten.scalar_tensor.default)
+def _scalar(env, *args, **kwargs) -> Layout:
+    return Layout(())
+
+
+@shape_rule(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange(env, *args, **kwargs) -> Layout:
+    numbers = [a for a in args if not isinstance(a, (torch.dtype, torch.device))]
+    start, end, step = 0, numbers[0], 1
+    if len(numbers) >= 2:
+        start, end = numbers[0], numbers[1]
+    if len(numbers) >= 3:
+        step = numbers[2]
+    span = expr_of(end) - expr_of(start)
+    return Layout((sympy.ceiling(span / expr_of(step)),))
+
+
+@shape_rule(aten.slice_backward.default, aten.select_backward.default)
+def _view_backward(env, grad, input_sizes, *args) -> Layout:
+    return Layout(_exprs(input_sizes))
+
+
+# -- convolution and pooling ----------------------------------------------------------
+
+
+def _window(size, kernel, stride, padding, dilation, ceil_mode=False) -> sympy.Expr:
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    if ceil_mode:
+        raise NoShapeRule("ceil_mode pooling over a symbolic size")
+    return sympy.floor(span / stride) + 1
+
+
+@shape_rule(aten.convolution.default)
+def _convolution(
+    env, x, w, bias, stride, padding, dilation, transposed, output_padding, groups
+) -> Layout:
+    if transposed:
+        raise NoShapeRule("transposed convolution over symbolic sizes")
+    xs, ws = shape(x), shape(w)
+    spatial = tuple(
+        _window(xs[2 + k], ws[2 + k], stride[k], padding[k], dilation[k])
+        for k in range(len(xs) - 2)
+    )
+    return Layout((xs[0], ws[0], *spatial))

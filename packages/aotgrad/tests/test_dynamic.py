@@ -1,0 +1,154 @@
+"""Traces with symbolic sizes: one aten graph serves every size, its sizes read
+from its inputs, with the relations it assumed listed as guards."""
+
+import pytest
+import sympy
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from aot_helpers import graph_of, module_fn
+
+from ember_aotgrad import aot_compile, trace_to_aten
+from ember_aotgrad.symbolic import ShapeEnv
+
+
+class Block(nn.Module):
+    """Pre-norm causal attention (a mask built from the sequence length) and a
+    GELU MLP."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (
+            a.view(b, t, self.heads, d // self.heads).transpose(1, 2) for a in (q, k, v)
+        )
+        scores = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class Counting:
+    """A compiler that runs the aten graph through torch and counts its calls."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm
+
+
+def _compiled_block(requires_grad):
+    torch.manual_seed(0)
+    model = Block()
+    fn, state = module_fn(model)
+    x = torch.randn(2, 5, 16, requires_grad=requires_grad)
+    compiler = Counting()
+    compiled = aot_compile(
+        graph_of(fn, 1 + len(state)), [x, *state], compiler, dynamic_dims={0: [0, 1]}
+    )
+    return model, state, compiled, compiler
+
+
+@pytest.mark.parametrize("sizes", [(2, 5), (3, 9), (1, 2), (4, 17)])
+def test_block_forward_serves_every_size(sizes):
+    model, state, compiled, compiler = _compiled_block(requires_grad=False)
+    assert compiled.dynamic is not None and compiled.specialized is None
+    assert compiled.dynamic.symbols == {"s0": (0, 0), "s1": (0, 1)}
+    assert compiled.dynamic.guards == ()
+    x = torch.randn(*sizes, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, *state)[0], model(x))
+    assert len(compiler.graphs) == 1
+
+
+def test_block_training_gradients_at_new_sizes():
+    model, state, compiled, compiler = _compiled_block(requires_grad=True)
+    assert compiled.dynamic is not None and compiled.dynamic.guards == ()
+    for b, t in [(2, 5), (3, 11), (1, 7)]:
+        x = torch.randn(b, t, 16, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_(True)
+        for p in state:
+            p.grad = None
+        out = compiled(x, *state)[0]
+        grad = torch.randn_like(out)
+        out.backward(grad)
+        got = [x.grad, *(p.grad.clone() for p in state)]
+        for p in state:
+            p.grad = None
+        model(x_ref).backward(grad)
+        want = [x_ref.grad, *(p.grad for p in state)]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+    assert len(compiler.graphs) == 2  # one forward, one backward, for all sizes
+
+
+def test_sizes_are_read_from_the_inputs_in_the_graph():
+    def fn(x):
+        return (x.view(x.shape[0], x.shape[1] * 2, 2) + 1,)
+
+    gm = trace_to_aten(graph_of(fn, 1), [torch.randn(3, 6, 4)])
+    assert "sym_size" not in gm.code  # without dynamic_dims: constants
+    traced = aot_compile(
+        graph_of(fn, 1), [torch.randn(3, 6, 4)], Counting(), dynamic_dims={0: [1]}
+    )
+    code = traced.forward.code
+    assert "sym_size_int = torch.ops.aten.sym_size.int(arg0, 1)" in code
+    assert "mul = 2 * sym_size_int" in code
+    assert "torch.ops.aten.view.default(arg0, [3, mul, 2])" in code
+    x = torch.randn(3, 10, 4)
+    torch.testing.assert_close(traced(x)[0], fn(x)[0])
+
+
+def test_a_slice_past_a_constant_guards_the_relation():
+    def fn(x):
+        return (x[:, :4] * 2, x[:, 1:].sum(1))
+
+    compiled = aot_compile(
+        graph_of(fn, 1), [torch.randn(2, 7)], Counting(), dynamic_dims={0: [1]}
+    )
+    (guard,) = compiled.dynamic.guards
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    assert guard == sympy.Ge(s0, 4)
+    for t in (4, 5, 12):
+        x = torch.randn(2, t)
+        for got, want in zip(compiled(x), fn(x)):
+            torch.testing.assert_close(got, want)
+
+
+def test_an_op_without_a_shape_rule_specializes_and_says_why():
+    def fn(x):
+        return (torch.flip(x, [1]) + 1,)
+
+    compiled = aot_compile(
+        graph_of(fn, 1), [torch.randn(2, 7)], Counting(), dynamic_dims={0: [1]}
+    )
+    assert compiled.dynamic is None
+    assert "aten.flip" in compiled.specialized
+    x = torch.randn(2, 7)
+    torch.testing.assert_close(compiled(x)[0], fn(x)[0])
+
+
+def test_shape_env_knows_what_holds_for_every_size():
+    env = ShapeEnv()
+    s0, s1 = env.symbol("s0", 7), env.symbol("s1", 3)
+    assert env.decide(sympy.Ne(s0, 1)) and env.decide(sympy.Lt(4, 4 * s0 * s1))
+    assert not env.decide(sympy.Eq(s0 - 1, 0))
+    assert env.guards == []  # all three hold for every size >= 2
+    assert env.decide(sympy.Gt(s0, s1 + 2))
+    assert env.guards == [sympy.Gt(s0, s1 + 2)]
+    size = env.sym_int(s0 * 2)
+    assert size.node.hint == 14 and int(size) == 14
+    assert sympy.Eq(2 * s0, 14) in env.guards  # int() specialized it
+    with pytest.raises(ValueError):
+        env.symbol("s2", 1)
