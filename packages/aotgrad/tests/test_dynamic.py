@@ -152,3 +152,17 @@ def test_shape_env_knows_what_holds_for_every_size():
     assert sympy.Eq(2 * s0, 14) in env.guards  # int() specialized it
     with pytest.raises(ValueError):
         env.symbol("s2", 1)
+
+
+def test_sizes_outside_the_guards_run_the_eager_graph():
+    def fn(x):
+        return (x[:, :4] * 2,)
+
+    compiler = Counting()
+    compiled = aot_compile(
+        graph_of(fn, 1), [torch.randn(2, 7)], compiler, dynamic_dims={0: [1]}
+    )
+    assert not compiled.dynamic.holds([torch.randn(2, 3)])
+    assert not compiled.dynamic.holds([torch.randn(2, 1)])  # 1 specializes
+    x = torch.randn(2, 3)  # s0 >= 4 fails: the compiled graph would be wrong
+    torch.testing.assert_close(compiled(x)[0], fn(x)[0])

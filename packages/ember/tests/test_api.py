@@ -394,8 +394,8 @@ def test_bad_arguments_name_the_problem():
         ember.compile(thin, options={"fast_math": True})
     with pytest.raises(ValueError, match="mode"):
         ember.compile(thin, mode="turbo")
-    with pytest.raises(NotImplementedError, match="dynamic"):
-        ember.compile(thin, dynamic=True)
+    with pytest.raises(ValueError, match="dynamic"):
+        ember.compile(thin, dynamic="yes")
 
 
 def test_cache_dir_setting(monkeypatch, tmp_path):

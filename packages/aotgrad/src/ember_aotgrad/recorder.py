@@ -114,7 +114,7 @@ class AtenRecorder(TorchDispatchMode):
             return self.current(self.ref_of(value))
         if isinstance(value, torch.device) and value.type == "meta":
             return self.device
-        if isinstance(value, torch.SymInt):
+        if isinstance(value, (torch.SymInt, torch.SymFloat)):
             return self.sizes.node(expr_of(value))
         if is_symbolic(value):
             raise NoShapeRule(f"a symbolic {type(value).__name__} argument ({value})")
@@ -158,7 +158,7 @@ class AtenRecorder(TorchDispatchMode):
                 out = self.decompositions[func](*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        if any(tag in func.tags for tag in _DATA_DEPENDENT):
+        if _data_dependent(func, args):
             raise AotGradError(
                 f"aten op {func}{self._where()} has an output that depends on tensor "
                 "data, which the trace cannot know; the graph runs eagerly"
@@ -339,6 +339,18 @@ class AtenRecorder(TorchDispatchMode):
 
 
 aten_to_copy = torch.ops.aten._to_copy.default
+
+
+def _data_dependent(func, args) -> bool:
+    """Whether the op's output shape depends on tensor data. Indexing with
+    integer tensors does not (it broadcasts the indices); with a boolean mask
+    it does."""
+    if func is torch.ops.aten.index.Tensor:
+        return any(
+            i is not None and (i.dtype is torch.bool or i.dtype is torch.uint8)
+            for i in args[1]
+        )
+    return any(tag in func.tags for tag in _DATA_DEPENDENT)
 
 
 def _is_factory(func, args) -> bool:

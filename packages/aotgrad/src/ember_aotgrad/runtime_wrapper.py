@@ -170,8 +170,11 @@ class CompiledAot:
 
     def _must_run_eagerly(self, inputs: tuple) -> bool:
         # The graphs give gradients only to the inputs that required grad when they
-        # were traced, and a graph that writes to an input assumed that no other
-        # input shares its memory.
+        # were traced, a graph that writes to an input assumed that no other
+        # input shares its memory, and one with symbolic sizes assumed relations
+        # between them (its caller should have checked them: this is the backstop).
+        if self.dynamic is not None and not self.dynamic.holds(inputs):
+            return True
         if self.check_inputs and torch.is_grad_enabled():
             plan = self.backward_plan
             has_grad = () if plan is None else plan.grad_inputs

@@ -9,8 +9,9 @@ and, for a joint trace, which outputs get tangents and which inputs get gradient
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import sympy
@@ -28,8 +29,8 @@ from .recorder import (
     LocatingInterpreter,
     NeedsRealTensors,
 )
-from .symbolic import NoShapeRule, ShapeEnv
-from .symbolic.propagate import dense_strides
+from .symbolic import NoShapeRule, ShapeEnv, predicate
+from .symbolic.propagate import symbolic_tensor
 
 log = logging.getLogger("ember.aotgrad")
 
@@ -82,7 +83,7 @@ class GraphLayout:
         return self.num_user_outputs + len(self.mutated_inputs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Dynamic:
     """What a trace with symbolic sizes assumed: each symbol's (input, dim),
     and the relations between sizes (sympy) that must hold for the graph to
@@ -90,6 +91,17 @@ class Dynamic:
 
     symbols: dict[str, tuple[int, int]]
     guards: tuple[sympy.Basic, ...]
+
+    def holds(self, inputs: Sequence[object]) -> bool:
+        """Whether ``inputs`` satisfy the guards (sizes 0 and 1 stay fixed)."""
+        sizes = [inputs[i].shape[d] for i, d in self.symbols.values()]
+        if min(sizes, default=2) < 2:
+            return False
+        return not self.guards or self._check(*sizes)
+
+    @functools.cached_property
+    def _check(self) -> Callable[..., bool]:
+        return predicate(self.guards, list(self.symbols))
 
 
 @dataclass(frozen=True)
@@ -184,23 +196,14 @@ def _trace(
 
 def _symbolic_input(rec, value, node, index, dims, symbols) -> torch.Tensor:
     """``value`` (a meta tensor) with a new symbol as the size of each of ``dims``."""
-    sizes = [sympy.Integer(s) for s in value.shape]
+    names = {}
     for d in dims:
-        name = f"s{len(symbols)}"
-        sym = rec.env.symbol(name, value.shape[d])
-        rec.sizes.sources[sym] = (node, d)
+        names[d] = name = f"s{len(symbols)}"
         symbols[name] = (index, d)
-        sizes[d] = sym
-    st = dense_strides(sizes, value)
-    if [rec.env.evaluate(s) for s in st] != list(value.stride()):
-        raise NoShapeRule(f"input {index} is not dense; its strides stay fixed")
-    traced = torch.empty_strided(
-        [rec.env.sym_int(s) for s in sizes],
-        [rec.env.sym_int(s) for s in st],
-        dtype=value.dtype,
-        device="meta",
-    )
-    return traced.requires_grad_(value.requires_grad)
+    traced = symbolic_tensor(rec.env, value, names)
+    for d, name in names.items():
+        rec.sizes.sources[sympy.Symbol(name, integer=True, positive=True)] = (node, d)
+    return traced
 
 
 def _trace_values(gm, rec, values, joint, standalone):

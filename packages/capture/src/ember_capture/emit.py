@@ -101,6 +101,9 @@ class Emitter:
         graph.output(tuple(self._returned(graph)))
         name = re.sub(r"\W", "_", f"{self.fn.__name__}_graph")
         gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=name)
+        dynamic_dims = _dynamic_dims(graph)
+        if dynamic_dims:  # for backends (the capture contract's gm)
+            gm.meta[DYNAMIC_DIMS] = dynamic_dims
         code = self.fn.__code__
         self.graphs.append(
             CapturedGraph(
@@ -109,6 +112,7 @@ class Emitter:
                 self.output.example_inputs,
                 tuple(self.output.input_sources),
                 f"{code.co_filename}:{code.co_firstlineno}",
+                dynamic_dims,
             )
         )
         if any(isinstance(s, FloatTensorSource) for s in self.output.input_sources):
@@ -266,6 +270,8 @@ class Emitter:
             ]
         names += list(self.fn.__code__.co_freevars)
         source, code = transform.build_code(self.fn, self.body, names)
+        for guard in self.output.size_guards():  # all relations are known now
+            self.output.guards.add(guard)
         return CaptureResult(
             self.fn,
             tuple(self.graphs),
@@ -277,3 +283,22 @@ class Emitter:
             break_reason,
             meta_memo.MEMO.export(self.output.meta_keys),
         )
+
+
+# The graph meta entry mapping an input's index to its dims whose size is a
+# symbol (docs/dynamic.md).
+DYNAMIC_DIMS = "dynamic_dims"
+
+
+def _dynamic_dims(graph: torch.fx.Graph) -> dict[int, tuple[int, ...]]:
+    """For each graph input with symbolic sizes, its index and those dims."""
+    dims = {}
+    for i, node in enumerate(graph.find_nodes(op="placeholder")):
+        meta = node.meta.get("example_value")
+        if isinstance(meta, torch.Tensor):
+            symbolic = tuple(
+                d for d, s in enumerate(meta.shape) if isinstance(s, torch.SymInt)
+            )
+            if symbolic:
+                dims[i] = symbolic
+    return dims

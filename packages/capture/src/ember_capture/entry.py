@@ -7,6 +7,7 @@ under which they may be reused, and the transformed function that runs them.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 import types
@@ -22,6 +23,7 @@ from .emit import Emitter
 from .errors import CaptureError
 from .output_graph import OutputGraph
 from .result import CaptureResult
+from .shapes import DynamicDims, SpecializeShapes, SymbolicShapes
 from .side_effects import written_values
 from .source import ClosureSource, GlobalsSource
 from .variables import ObjectValue
@@ -37,6 +39,22 @@ def capture(fn: Callable, *args: object, **kwargs: object) -> CaptureResult:
     ``fn`` is a Python function or a bound method (its ``self`` becomes the first
     local). Nothing in ``fn`` runs for real: tensor ops run on meta tensors.
     """
+    return capture_call(fn, args, kwargs)
+
+
+def capture_call(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    shapes: SymbolicShapes | None = None,
+    dynamic_dims: DynamicDims | None = None,
+) -> CaptureResult:
+    """``capture(fn, *args, **kwargs)``, with symbolic sizes where
+    ``dynamic_dims(source, tensor)`` lists dims and ``shapes`` provides the
+    shape rules (docs/dynamic.md). When an op meets a symbolic size it has no
+    rule for, capture starts over with every size fixed and says why in
+    ``CaptureResult.specialized``."""
     if isinstance(fn, types.MethodType):
         fn, args = fn.__func__, (fn.__self__, *args)
     if not isinstance(fn, types.FunctionType):
@@ -46,11 +64,20 @@ def capture(fn: Callable, *args: object, **kwargs: object) -> CaptureResult:
     # The function's own parameters, not those of a function it wraps.
     bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
     bound.apply_defaults()
-    return capture_frame(fn, dict(bound.arguments))
+    return capture_frame(
+        fn, dict(bound.arguments), shapes=shapes, dynamic_dims=dynamic_dims
+    )
 
 
-def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> CaptureResult:
-    """Capture ``fn`` given its bound arguments by name (its initial locals)."""
+def capture_frame(
+    fn: types.FunctionType,
+    f_locals: dict[str, object],
+    *,
+    shapes: SymbolicShapes | None = None,
+    dynamic_dims: DynamicDims | None = None,
+) -> CaptureResult:
+    """Capture ``fn`` given its bound arguments by name (its initial locals);
+    ``shapes`` and ``dynamic_dims`` as in ``capture_call``."""
     fn = unrouted(fn)  # capture reads the user's code, not a routed copy's
     if not supported():
         raise CaptureError(
@@ -67,11 +94,21 @@ def capture_frame(fn: types.FunctionType, f_locals: dict[str, object]) -> Captur
             "compile the function that consumes it",
         )
     to_python: frozenset[int] = frozenset()
+    specialized = None
     while True:
         try:
-            return _capture_frame(fn, f_locals, to_python)
+            output = OutputGraph(shapes, dynamic_dims)
+            output.autocast_to_python = to_python
+            result = _capture_frame(fn, f_locals, output)
         except _LeaveBlocksToPython as restart:
             to_python |= restart.offsets
+            continue
+        except SpecializeShapes as reason:
+            specialized, shapes, dynamic_dims = str(reason), None, None
+            continue
+        if specialized is not None:
+            result = dataclasses.replace(result, specialized=specialized)
+        return result
 
 
 class _LeaveBlocksToPython(Exception):
@@ -83,10 +120,8 @@ class _LeaveBlocksToPython(Exception):
 
 
 def _capture_frame(
-    fn: types.FunctionType, f_locals: dict[str, object], to_python: frozenset[int]
+    fn: types.FunctionType, f_locals: dict[str, object], output: OutputGraph
 ) -> CaptureResult:
-    output = OutputGraph()
-    output.autocast_to_python = to_python
     tx = Interpreter(
         fn.__code__,
         output,

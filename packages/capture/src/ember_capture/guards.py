@@ -36,29 +36,103 @@ class GuardKind(enum.Enum):
     KEYS_ARE = "keys_are"
     NO_GRAD_HOOKS = "no_grad_hooks"  # a leaf a backward in the graph writes .grad of
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, deterministic flag
+    SIZES = "sizes"  # relations between symbolic sizes (docs/dynamic.md)
 
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
+    """What a tensor input must be. ``dynamic`` names the dims whose size is a
+    symbol (any size >= 2; docs/dynamic.md): ``shape`` holds the example's
+    there, and the strides must then be dense in the order the example's were
+    (``order``, innermost dim first)."""
+
     type: type
     dtype: torch.dtype
     device: torch.device
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     requires_grad: bool
+    dynamic: tuple[tuple[int, str], ...] = ()
+    order: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, t: torch.Tensor) -> TensorSpec:
+    def of(
+        cls, t: torch.Tensor, dynamic: tuple[tuple[int, str], ...] = ()
+    ) -> TensorSpec:
+        order = ()
+        if dynamic:
+            order = tuple(sorted(range(t.dim()), key=lambda d: (t.stride(d), -d)))
         return cls(
-            type(t), t.dtype, t.device, tuple(t.shape), t.stride(), t.requires_grad
+            type(t),
+            t.dtype,
+            t.device,
+            tuple(t.shape),
+            t.stride(),
+            t.requires_grad,
+            dynamic,
+            order,
         )
 
     def __str__(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
+        names = dict(self.dynamic)
+        size = ", ".join(names.get(d, str(s)) for d, s in enumerate(self.shape))
+        stride = "dense" if self.dynamic else str(list(self.stride))
         return (
-            f"{self.type.__name__}({dtype}, {self.device}, size={list(self.shape)}, "
-            f"stride={list(self.stride)}, requires_grad={self.requires_grad})"
+            f"{self.type.__name__}({dtype}, {self.device}, size=[{size}], "
+            f"stride={stride}, requires_grad={self.requires_grad})"
         )
+
+    def size_difference(self, shape: torch.Size, stride: tuple[int, ...]) -> str:
+        """Why ``sizes_match`` fails, in words."""
+        if len(shape) != len(self.shape):
+            return f"size changed from {list(self.shape)} to {list(shape)}"
+        dynamic = dict(self.dynamic)
+        for d, size in enumerate(shape):
+            if d in dynamic and size < 2:
+                return f"size({d}) is {size} (sizes 0 and 1 are never symbolic)"
+            if d not in dynamic and size != self.shape[d]:
+                return f"size({d}) changed from {self.shape[d]} to {size}"
+        return f"stride {list(stride)} is not dense in the order {list(self.order)}"
+
+    def sizes_match(self, shape: torch.Size, stride: tuple[int, ...]) -> bool:
+        """Sizes and strides, where some sizes are symbols."""
+        if len(shape) != len(self.shape):
+            return False
+        dynamic = dict(self.dynamic)
+        step = 1
+        for d in self.order:
+            size = shape[d]
+            if d in dynamic:
+                if size < 2:
+                    return False
+            elif size != self.shape[d]:
+                return False
+            if size != 1 and stride[d] != step:
+                return False
+            step *= size
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SizeRelation:
+    """A relation between sizes that a capture assumed: ``python`` is its
+    check over the names in ``reads`` (each the size of a source's dim),
+    ``text`` the relation as the provider prints it."""
+
+    python: str
+    text: str
+    reads: tuple[tuple[str, Source, int], ...]
+
+    def __str__(self) -> str:
+        names = {n: f"{s.name()}.size({d})" for n, s, d in self.reads}
+        return with_sizes(self.python, names)
+
+
+def with_sizes(text: str, names: dict[str, str]) -> str:
+    """``text`` (Python over symbols' names) with each name replaced by
+    ``names[name]``."""
+    return re.sub(r"\bs\d+\b", lambda m: names.get(m.group(0), m.group(0)), text)
 
 
 # The device types whose autocast capture follows and guards.
@@ -139,6 +213,8 @@ class Guard:
                 return f"{where} has no gradient hooks"
             case GuardKind.KEYS_ARE:
                 return f"{where} are the same {len(self.expected)} objects"
+            case GuardKind.SIZES:
+                return " and ".join(str(r) for r in self.expected)
             case GuardKind.GLOBAL_STATE:
                 s = self.expected
                 return (
@@ -168,8 +244,11 @@ def _tensor_matches(value: object, spec: TensorSpec) -> bool:
         type(value) is spec.type
         and value.dtype is spec.dtype
         and value.requires_grad is spec.requires_grad
-        and value.shape == spec.shape
-        and value.stride() == spec.stride
+        and (
+            spec.sizes_match(value.shape, value.stride())
+            if spec.dynamic
+            else value.shape == spec.shape and value.stride() == spec.stride
+        )
         and value.device == spec.device
     )
 
@@ -185,6 +264,10 @@ def _tensor_difference(value: object, spec: TensorSpec) -> str:
     ):
         new = getattr(value, field)
         old = getattr(spec, field)
+        if field == "shape" and spec.dynamic:
+            if not spec.sizes_match(new, value.stride()):
+                return spec.size_difference(new, value.stride())
+            continue
         if (tuple(new) if field == "shape" else new) != old:
             return f"{label} changed from {_fmt(old)} to {_fmt(new)}"
     return f"stride changed from {list(spec.stride)} to {list(value.stride())}"
@@ -276,6 +359,11 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
         "___global_state() == {e}",
         lambda v, e: f"torch global state changed from {e} to {v}",
     ),
+    # {e} is the relations' own Python, over the sizes it reads (GuardChecker)
+    GuardKind.SIZES: (
+        "{e}",
+        lambda v, e: "the sizes no longer satisfy " + " and ".join(r.text for r in e),
+    ),
 }
 
 
@@ -300,7 +388,15 @@ class GuardSet:
             self.add(g)
 
     def add(self, guard: Guard) -> None:
-        self._guards.setdefault((guard.kind, guard.source), guard)
+        key = (guard.kind, guard.source)
+        known = self._guards.get(key)
+        if guard.kind is GuardKind.SIZES and known is not None:
+            # one guard holds every relation between sizes, from every stage
+            new = tuple(r for r in guard.expected if r not in known.expected)
+            guard = Guard(guard.kind, None, known.expected + new)
+            self._guards[key] = guard
+            return
+        self._guards.setdefault(key, guard)
 
     def __iter__(self):
         return iter(self._guards.values())
@@ -329,6 +425,9 @@ def _reads(guards: Iterable[Guard]) -> Iterable[Source]:
                 yield guard.source
             elif field == "e" and guard.kind is GuardKind.SAME_OBJECT:
                 yield guard.expected
+            elif field == "e" and guard.kind is GuardKind.SIZES:
+                for relation in guard.expected:
+                    yield from (source for _, source, _ in relation.reads)
 
 
 class GuardChecker:
@@ -362,6 +461,14 @@ class GuardChecker:
                 # An aliasing guard compares with another source read from the frame.
                 if guard.kind is GuardKind.SAME_OBJECT:
                     return shared.expr(guard.expected)
+                if guard.kind is GuardKind.SIZES:
+                    return " and ".join(
+                        with_sizes(
+                            r.python,
+                            {n: f"{shared.expr(s)}.shape[{d}]" for n, s, d in r.reads},
+                        )
+                        for r in guard.expected
+                    )
                 return f"___e{i}"
 
             terms.append(_TEMPLATE_FIELD.sub(fill, _CHECKS[guard.kind][0]))

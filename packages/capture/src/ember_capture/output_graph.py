@@ -15,7 +15,7 @@ import operator
 import os
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -25,8 +25,16 @@ from . import autocast, meta_memo
 from .behaviour import reachable
 from .errors import CaptureError
 from .grad_mode import GradModeExit
-from .guards import GlobalState, Guard, GuardKind, GuardSet, TensorSpec
+from .guards import (
+    GlobalState,
+    Guard,
+    GuardKind,
+    GuardSet,
+    SizeRelation,
+    TensorSpec,
+)
 from .scalar_operands import rewrite_number_operands
+from .shapes import DynamicDims, SpecializeShapes, SymbolicShapes
 from .side_effects import (
     AttrWrite,
     CellWrite,
@@ -61,6 +69,8 @@ from .variables import (
     NamedTupleValue,
     ObjectKey,
     ObjectValue,
+    SliceValue,
+    SymIntValue,
     TensorValue,
     TupleValue,
     UserObjectValue,
@@ -111,8 +121,18 @@ IDENTITY_TYPES = (
 class OutputGraph:
     """Accumulates one fx graph, its inputs and its guards during capture."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        shapes: SymbolicShapes | None = None,
+        dynamic_dims: DynamicDims | None = None,
+    ) -> None:
         self.graph = torch.fx.Graph()
+        # Symbolic sizes (docs/dynamic.md): the provider, its ShapeEnv, and for
+        # each symbol's name the input and dim whose size it is.
+        self.shapes = shapes if dynamic_dims is not None else None
+        self.dynamic_dims = dynamic_dims
+        self.env = None  # made with the first symbol
+        self.size_sources: dict[str, tuple[Source, int]] = {}
         state = GlobalState.current()
         self.guards = GuardSet([Guard(GuardKind.GLOBAL_STATE, None, state)])
         self.initial_grad_enabled = state.grad_enabled
@@ -279,9 +299,10 @@ class OutputGraph:
                 f"with layout {value.layout}",
                 "pass dense torch.Tensor inputs",
             )
-        self.guards.add(Guard(GuardKind.TENSOR_MATCH, source, TensorSpec.of(value)))
         node = self._placeholder(source)
-        meta = _to_meta(value)
+        meta, dynamic = self._symbolic_meta(value, source)
+        spec = TensorSpec.of(value, dynamic)
+        self.guards.add(Guard(GuardKind.TENSOR_MATCH, source, spec))
         node.meta["example_value"] = meta
         node.meta["source"] = source.name()
         self.input_sources.append(source)
@@ -291,6 +312,43 @@ class OutputGraph:
         self._inputs_by_id[id(value)] = wrapped
         self._real_inputs[node] = value
         return wrapped
+
+    def _symbolic_meta(
+        self, value: torch.Tensor, source: Source
+    ) -> tuple[torch.Tensor, tuple[tuple[int, str], ...]]:
+        """The input's meta tensor, with a symbol as the size of each dim the
+        policy makes dynamic (sizes 0 and 1 stay fixed); and (dim, symbol name)
+        of each."""
+        meta = _to_meta(value)
+        if self.shapes is None:
+            return meta, ()
+        dims = sorted(d for d in self.dynamic_dims(source, value) if value.shape[d] > 1)
+        if not dims:
+            return meta, ()
+        names = {d: f"s{len(self.size_sources) + k}" for k, d in enumerate(dims)}
+        if self.env is None:
+            self.env = self.shapes.ShapeEnv()
+        try:
+            symbolic = self.shapes.symbolic_tensor(self.env, meta, names)
+        except self.shapes.NoShapeRule:
+            return meta, ()  # not dense: its strides, and so its sizes, stay fixed
+        for d, name in names.items():
+            self.size_sources[name] = (source, d)
+        return symbolic, tuple(names.items())
+
+    def size_guards(self) -> list[Guard]:
+        """The relations between sizes that capture assumed, as guards."""
+        if self.env is None or not self.env.guards:
+            return []
+        relations = tuple(
+            SizeRelation(self.shapes.to_python(r), str(r), self._reads(r))
+            for r in self.env.guards
+        )
+        return [Guard(GuardKind.SIZES, None, relations)]
+
+    def _reads(self, relation: object) -> tuple[tuple[str, Source, int], ...]:
+        names = sorted(s.name for s in relation.free_symbols)
+        return tuple((n, *self.size_sources[n]) for n in names)
 
     def _placeholder(self, source: Source) -> torch.fx.Node:
         """A graph input named after ``source`` (numbered when two sources
@@ -432,6 +490,8 @@ class OutputGraph:
         devices = {id(t.meta): t.device for t in tensor_leaves((args, kwargs))}
         try:
             result = self._run_on_meta(kind, target, meta_args, meta_kwargs, devices)
+        except SpecializeShapes:
+            raise
         except Exception as e:
             raise self.error(
                 f"{_op_name(kind, target)} on these inputs ({type(e).__name__}: "
@@ -468,7 +528,12 @@ class OutputGraph:
         each input meta tensor's real device, by id)."""
         # Autocast casts by the inputs' real device type: a fact of the result.
         types = sorted({d.type for d in devices.values()}) if autocast.on() else ()
-        memo_key = meta_memo.key(kind, target, meta_args, meta_kwargs, tuple(types))
+        symbolic = self.env is not None and self.shapes.has_symbols(
+            (meta_args, meta_kwargs)
+        )
+        memo_key = None
+        if not symbolic:
+            memo_key = meta_memo.key(kind, target, meta_args, meta_kwargs, tuple(types))
         if memo_key is not None:
             text, inputs, before = memo_key
             self.meta_keys.add(text)
@@ -490,10 +555,40 @@ class OutputGraph:
             run = target
         if _is_foreach(target):
             meta_args = _scalars_on_cpu(meta_args)
+        if symbolic:
+            return self._run_symbolic(run, meta_args, meta_kwargs, devices, target)
         result = autocast.call(run, meta_args, meta_kwargs, devices)
         if memo_key is not None:
             meta_memo.MEMO.record(text, inputs, before, result)
         return result
+
+    def _run_symbolic(self, run, meta_args, meta_kwargs, devices, target) -> object:
+        try:
+            with self.shapes.SymbolicMode(self.env):
+                return autocast.call(run, meta_args, meta_kwargs, devices)
+        except self.shapes.NoShapeRule as e:
+            filename, lineno = self.location()
+            raise SpecializeShapes(
+                f"{_op_name('call_function', target)} at {filename}:{lineno}: {e}"
+            ) from e
+
+    def call_size_op(self, target: Callable, args: Sequence[Value]) -> Value:
+        """Python arithmetic or a comparison on sizes, one of them symbolic:
+        a graph node, and the symbolic result (a constant when it has none)."""
+        values = [_plain(a, _meta_of) for a in args]
+        result = target(*values)
+        if not isinstance(result, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return ConstValue(result)
+        node_args = tuple(_plain(a, _node_of) for a in args)
+        node = self.graph.call_function(target, node_args)
+        return SymIntValue(node, result)
+
+    def size_value(self, t: TensorValue, dim: int) -> Value:
+        """``t.size(dim)``: a constant, or a symbolic size read in the graph."""
+        size = t.meta.shape[dim]
+        if not isinstance(size, torch.SymInt):
+            return ConstValue(size)
+        return SymIntValue(self.graph.call_method("size", (t.node, dim)), size)
 
     def _unpack_result(self, node, result, device, kind, target) -> Value:
         if result is None:  # an in-place op such as setitem
@@ -609,9 +704,12 @@ def _to_meta(t: torch.Tensor) -> torch.Tensor:
 
 
 def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
-    """Values to the plain Python objects an op takes, tensors via ``tensor_leaf``."""
-    if isinstance(v, TensorValue):
+    """Values to the plain Python objects an op takes, tensors (and symbolic
+    sizes) via ``tensor_leaf``."""
+    if isinstance(v, (TensorValue, SymIntValue)):
         return tensor_leaf(v)
+    if isinstance(v, SliceValue):
+        return slice(*(_plain(p, tensor_leaf) for p in (v.start, v.stop, v.step)))
     if isinstance(v, (ConstValue, ObjectValue)):
         return v.value
     if isinstance(v, (TupleValue, ListValue, tuple, list)):
@@ -625,12 +723,12 @@ def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
     return v  # a plain Python constant the interpreter passed itself
 
 
-def _node_of(v: TensorValue) -> torch.fx.Node:
+def _node_of(v: TensorValue | SymIntValue) -> torch.fx.Node:
     return v.node
 
 
-def _meta_of(v: TensorValue) -> torch.Tensor:
-    return v.meta
+def _meta_of(v: TensorValue | SymIntValue) -> object:
+    return v.meta if isinstance(v, TensorValue) else v.value
 
 
 def _entry_source(source: Source, position: int, key: object) -> Source:

@@ -27,6 +27,8 @@ class CapturedGraph:
     example_inputs: list
     input_sources: tuple[Source, ...]
     location: str  # the user's file:line where the graph starts
+    # Input index -> the dims whose size is a symbol (docs/dynamic.md).
+    dynamic_dims: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class CaptureResult:
     # The meta_memo entries this capture used: a cache may keep them for later
     # processes (``ember_capture.remember_meta_results``).
     meta_results: Mapping[str, list] = field(default_factory=dict)
+    # Why a capture asked for symbolic sizes fixed them all instead.
+    specialized: str | None = None
 
     def build(
         self, compiled: Sequence[Callable], hook: Callable | None = None

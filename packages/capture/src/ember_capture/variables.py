@@ -34,6 +34,27 @@ class TensorValue(Value):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class SymIntValue(Value):
+    """A size that changes between calls (docs/dynamic.md): ``node`` computes
+    it in the graph, ``value`` is the torch.SymInt (or SymBool, SymFloat) of
+    its expression. Python that needs its number reads ``int(value)``, which
+    specializes: the relation is guarded."""
+
+    node: torch.fx.Node
+    value: object
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SliceValue(Value):
+    """``slice(start, stop, step)`` with a symbolic size among its parts."""
+
+    start: Value
+    stop: Value
+    step: Value
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class ConstValue(Value):
     """A Python constant: None, bool, int, float, str, dtype, torch.Size, ..."""
 

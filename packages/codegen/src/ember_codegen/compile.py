@@ -22,6 +22,7 @@ from .lowering import c_name
 from .memory import plan_memory, write_in_place
 from .rules import lower_graph
 from .scheduler import Kernel, schedule
+from .specialize import PerSizeGraph, has_symbolic_sizes
 from .wrapper import emit_wrapper
 
 log = logging.getLogger("ember.codegen")
@@ -56,6 +57,10 @@ def compile_graph(
     input's dtype, shape, strides and device. Pass it only when the caller
     guarantees every call's inputs match ``example_inputs`` in all four (its own
     guards check them); an input that differs then gives wrong results or a crash.
+
+    A graph that reads sizes from its inputs (``aten.sym_size.int``; aotgrad's
+    graphs with symbolic sizes) gives a callable that compiles the graph again
+    for each new input layout it is called with (``specialize.PerSizeGraph``).
     """
     if target == "auto":
         target = "cpp" if find_compiler() else "torch"
@@ -63,6 +68,19 @@ def compile_graph(
         raise ValueError(
             f"unknown codegen target {target!r}; available: auto, {', '.join(TARGETS)}"
         )
+    if has_symbolic_sizes(gm):
+        # Kernels take sizes as constants: one compile per input layout.
+        def compile_one(specialized: torch.fx.GraphModule, inputs: list):
+            return compile_graph(
+                specialized,
+                inputs,
+                target,
+                cache_dir=cache_dir,
+                signer=signer,
+                check_inputs=False,  # each compile serves one exact layout
+            )
+
+        return PerSizeGraph(gm, example_inputs, compile_one)
     title = f"{type(gm).__name__}, {sum(1 for _ in gm.graph.nodes)} nodes"
     wrapper = emit_wrapper(gm, title)
     constants = {name: getattr(gm, name) for name in wrapper.constant_names}

@@ -8,6 +8,7 @@ from .api import CompiledFunction, CompiledModule, compile, reset, stats
 from .backends import BACKENDS, register_backend
 from .config import Config
 from .convert import BreakReason
+from .dynamic import mark_dynamic, mark_static
 from .explain import ExplainOutput, explain, profile
 from .logs import apply_environment, set_logs
 
@@ -24,6 +25,8 @@ __all__ = [
     "ExplainOutput",
     "compile",
     "explain",
+    "mark_dynamic",
+    "mark_static",
     "profile",
     "register_backend",
     "reset",

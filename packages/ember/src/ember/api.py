@@ -24,6 +24,7 @@ from .cache import MetaResultsCache, trusted_cache
 from .config import Config
 from .convert import BreakReason, make_convert
 from .distributed import DDPForward, is_ddp, split_at_buckets
+from .dynamic import DynamicPolicy
 
 _MODES = (None, "default", "reduce-overhead", "max-autotune")
 
@@ -48,11 +49,8 @@ def compile(
     running it eagerly. ``options`` keys are the fields of ember.config.Config.
     """
     config = Config.from_options(options)
-    if dynamic:
-        raise NotImplementedError(
-            "dynamic=True (symbolic shapes) is not supported yet; ember specializes "
-            "on every input shape and recompiles when one changes"
-        )
+    if dynamic not in (None, True, False):
+        raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
     if mode not in _MODES:
         raise ValueError(f"unknown mode {mode!r}; valid modes: {_MODES}")
     log = CompileLog()
@@ -66,7 +64,7 @@ def compile(
         mode=mode,
         options=options,
     )
-    context = _Context(backend, fullgraph, config, log, again)
+    context = _Context(backend, fullgraph, config, log, again, dynamic)
 
     def wrap(target: Any) -> Any:
         if isinstance(target, (CompiledFunction, CompiledModule)):
@@ -94,8 +92,10 @@ class _Context:
         config: Config,
         log: CompileLog,
         recompile: Callable[[Any], Any],
+        dynamic: bool | None = None,
     ) -> None:
         self.recompile = recompile
+        self.dynamic = dynamic
         self.backend = backend
         self.fullgraph = fullgraph
         self.config = config
@@ -124,6 +124,7 @@ class _Context:
             hook=self.hook,
             counters=counters,
             meta_cache=self.meta_cache,
+            dynamic=DynamicPolicy(self.dynamic),
         )
         dispatcher = Dispatcher(
             fn,

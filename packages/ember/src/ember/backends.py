@@ -73,6 +73,7 @@ def _eager(config: Config, log: CompileLog, counters: Counters) -> Backend:
     def backend(gm, example_inputs):
         return gm
 
+    backend.handles_symbolic_sizes = True  # gm computes its sizes itself
     return backend
 
 
@@ -124,7 +125,11 @@ class _CachedAotBackend:
 
     A hit rebuilds the callable from the entry (no tracing, no compiling) and
     repeats the warnings compiling gave; a miss compiles and stores the result.
+    A graph with symbolic sizes (capture's ``gm.meta["dynamic_dims"]``) is
+    traced with them and not stored (docs/dynamic.md).
     """
+
+    handles_symbolic_sizes = True
 
     def __init__(
         self,
@@ -143,6 +148,9 @@ class _CachedAotBackend:
         self.cache = GraphCache(self.trust)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        if gm.meta.get("dynamic_dims"):
+            self.log.cache_results.append("not cached: symbolic sizes")
+            return self._compile(gm, example_inputs)[0]
         try:
             with self.counters.timed("cache_key"):
                 key = graph_key(gm, example_inputs, self._options())
@@ -185,7 +193,11 @@ class _CachedAotBackend:
         try:
             with _exclusive(self.counters, "aotgrad", "codegen"):
                 compiled = ember_aotgrad.aot_compile(
-                    gm, example_inputs, forward, backward
+                    gm,
+                    example_inputs,
+                    forward,
+                    backward,
+                    dynamic_dims=gm.meta.get("dynamic_dims"),
                 )
             compiled.check_inputs = False  # the guards check requires_grad
         except ember_aotgrad.AotGradError as e:

@@ -27,6 +27,8 @@ from ember_runtime import (
 
 from .backends import Backend, CompileLog
 from .cache import MetaResultsCache
+from .distributed import active_ddp
+from .dynamic import SHAPES, DynamicPolicy
 from .logs import warn_user
 
 
@@ -51,13 +53,16 @@ def make_convert(
     hook: Callable[[Callable], Callable],
     counters: Counters,
     meta_cache: MetaResultsCache | None = None,
+    dynamic: DynamicPolicy | None = None,
 ) -> Callable[[tuple, dict], Entry | Fallback]:
     """The Dispatcher's ``convert`` for ``fn``: capture, compile each graph with
     ``backend``, and build the transformed function (``hook`` compiles what runs
     after a graph break). When capture cannot handle ``fn`` at all, a Fallback
     runs ``fn`` as Python, for every call no earlier entry matches, with its
     calls of user code routed through ``hook`` (``ember_capture.route_calls``).
-    ``meta_cache`` keeps the meta-kernel results capture used across processes."""
+    ``meta_cache`` keeps the meta-kernel results capture used across processes;
+    ``dynamic`` says which input dims get symbolic sizes (docs/dynamic.md)."""
+    policy = dynamic or DynamicPolicy(False)
 
     def convert(args: tuple, kwargs: dict) -> Entry | Fallback:
         # Compiling may draw from torch's generators (a stage that runs an op on
@@ -66,11 +71,30 @@ def make_convert(
             return _convert(args, kwargs)
 
     def _convert(args: tuple, kwargs: dict) -> Entry | Fallback:
+        while True:
+            entry = _convert_once(args, kwargs)
+            if entry is not None:
+                return entry
+
+    def _convert_once(args: tuple, kwargs: dict) -> Entry | Fallback | None:
+        """The entry, or None when symbolic sizes had to be given up: the
+        caller captures again with every size fixed."""
+        symbolic = (
+            policy.active
+            and getattr(backend, "handles_symbolic_sizes", False)
+            and active_ddp() is None
+        )
         try:
             with counters.timed("capture"):
                 if meta_cache is not None:
                     meta_cache.load(fn)
-                result = ember_capture.capture(fn, *args, **kwargs)
+                result = ember_capture.capture_call(
+                    fn,
+                    args,
+                    kwargs,
+                    shapes=SHAPES if symbolic else None,
+                    dynamic_dims=policy.dims if symbolic else None,
+                )
         except ember_capture.CaptureError as e:
             if fullgraph:
                 raise
@@ -87,6 +111,8 @@ def make_convert(
                 raise result.break_reason
             reason = result.break_reason
             _note_break(breaks, BreakReason(reason.reason, reason.location))
+        if result.specialized is not None:
+            policy.disable(result.specialized)
         if meta_cache is not None:
             meta_cache.save(fn, result.meta_results)
         compiled = []
@@ -94,11 +120,36 @@ def make_convert(
             log.graphs.append(graph.gm)
             with counters.timed("backend"):
                 compiled.append(backend(graph.gm, graph.example_inputs))
+            if graph.dynamic_dims:
+                specialized = getattr(compiled[-1], "specialized", None)
+                if specialized is not None:
+                    policy.disable(specialized)
+                    return None
+                _add_size_guards(result, graph, getattr(compiled[-1], "dynamic", None))
         guards = guard_check(result)
         run = result.build(compiled, hook)
         return GuardedEntry(guards.check, guards.failure, run)
 
     return convert
+
+
+def _add_size_guards(result, graph, dynamic) -> None:
+    """The relations between sizes that the backend's trace assumed (aotgrad's
+    ``CompiledAot.dynamic``), as guards on the graph's inputs."""
+    if dynamic is None or not dynamic.guards:
+        return
+    relations = []
+    for relation in dynamic.guards:
+        names = {s.name for s in relation.free_symbols}
+        reads = tuple(
+            (name, graph.input_sources[i], d)
+            for name, (i, d) in dynamic.symbols.items()
+            if name in names
+        )
+        python = SHAPES.to_python(relation)
+        relations.append(ember_capture.SizeRelation(python, str(relation), reads))
+    kind = ember_capture.GuardKind.SIZES
+    result.guards.add(ember_capture.Guard(kind, None, tuple(relations)))
 
 
 def _note_break(breaks: list[BreakReason], reason: BreakReason) -> None:
@@ -122,10 +173,13 @@ def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
     fn = result.fn
     cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
     kinds = ember_capture.GuardKind
-    tensor_guards = [g for g in result.guards if g.kind is kinds.TENSOR_MATCH]
-    rest = ember_capture.GuardSet(
-        g for g in result.guards if g.kind is not kinds.TENSOR_MATCH
-    )
+    # Tensors with symbolic sizes are checked with the Python guards.
+    tensor_guards = [
+        g
+        for g in result.guards
+        if g.kind is kinds.TENSOR_MATCH and not g.expected.dynamic
+    ]
+    rest = ember_capture.GuardSet(g for g in result.guards if g not in tensor_guards)
     checks = tuple(
         TensorCheck(
             g.source.name(),

@@ -99,6 +99,9 @@ def split_at_buckets(backend: Backend, log: CompileLog) -> Backend:
         log.bucket_pieces.append(len(pieces))
         return SplitGraph.build(gm, example_inputs, pieces, backend)
 
+    # Under DDP, convert captures with fixed sizes (the pieces are split by size).
+    handles = getattr(backend, "handles_symbolic_sizes", False)
+    backend_under_ddp.handles_symbolic_sizes = handles
     return backend_under_ddp
 
 

@@ -6,7 +6,7 @@ size from the tensors it is given (and torch can run it as it is).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import sympy
 import torch
@@ -29,10 +29,12 @@ class SizeNodes:
         self.sources: dict[sympy.Symbol, tuple[torch.fx.Node, int]] = {}
         self._memo: dict[sympy.Basic, torch.fx.Node] = {}
 
-    def node(self, expr: sympy.Basic) -> torch.fx.Node | int:
-        """A node (or int) whose value is ``expr`` at run time."""
+    def node(self, expr: sympy.Basic) -> torch.fx.Node | int | float:
+        """A node (or number) whose value is ``expr`` at run time."""
         if expr.is_Integer:
             return int(expr)
+        if expr.is_Number:  # in a float expression: ``(d // h) ** 0.5``
+            return float(expr)
         found = self._memo.get(expr)
         if found is None:
             emit = _EMITTERS.get(expr.func)
@@ -83,9 +85,7 @@ def _ceiling(nodes: SizeNodes, expr: sympy.Basic) -> torch.fx.Node:
 
 def _pow(nodes: SizeNodes, expr: sympy.Pow) -> torch.fx.Node:
     base, exp = expr.args
-    if not (exp.is_Integer and exp > 0):
-        raise NoShapeRule(f"size expression {expr} is not an integer")
-    return nodes.call(operator.pow, nodes.node(base), int(exp))
+    return nodes.call(operator.pow, nodes.node(base), nodes.node(exp))
 
 
 def _mod(nodes: SizeNodes, expr: sympy.Mod) -> torch.fx.Node:
@@ -95,7 +95,9 @@ def _mod(nodes: SizeNodes, expr: sympy.Mod) -> torch.fx.Node:
 _EMITTERS: dict[type, Callable] = {
     sympy.Symbol: _symbol,
     sympy.Add: _fold(operator.add),
-    sympy.Mul: _mul,
+    # A division of sizes sits inside floor or ceiling; a bare fraction is a
+    # float expression's (``d / 2``), computed in floats as Python does.
+    sympy.Mul: _fold(operator.mul),
     sympy.floor: _floor,
     sympy.ceiling: _ceiling,
     sympy.Pow: _pow,
@@ -103,3 +105,82 @@ _EMITTERS: dict[type, Callable] = {
     sympy.Max: _fold(torch.sym_max),
     sympy.Min: _fold(torch.sym_min),
 }
+
+
+def to_python(expr: sympy.Basic) -> str:
+    """``expr`` (a size expression or a relation between sizes) as Python
+    source over the symbols' names, exact in integers (``//``, not floats)."""
+    emit = _PYTHON.get(expr.func)
+    if emit is not None:
+        return emit(expr)
+    if expr.is_Integer:
+        return str(int(expr))
+    if expr.is_Rational:
+        return f"({expr.p} / {expr.q})"
+    if expr.is_Float:
+        return repr(float(expr))
+    if expr in (sympy.true, sympy.false):
+        return str(bool(expr))
+    raise NoShapeRule(f"size expression {expr} has no Python form")
+
+
+def _joined(separator: str) -> Callable[[sympy.Basic], str]:
+    def emit(expr: sympy.Basic) -> str:
+        args = sorted(expr.args, key=sympy.default_sort_key)
+        return "(" + separator.join(to_python(a) for a in args) + ")"
+
+    return emit
+
+
+def _py_division(expr: sympy.Basic) -> tuple[str, str]:
+    num, den = sympy.fraction(sympy.together(expr.args[0]))
+    return to_python(sympy.expand(num)), to_python(sympy.expand(den))
+
+
+def _py_floor(expr: sympy.Basic) -> str:
+    num, den = _py_division(expr)
+    return f"({num} // {den})"
+
+
+def _py_ceiling(expr: sympy.Basic) -> str:
+    num, den = _py_division(expr)
+    return f"(-(-{num} // {den}))"
+
+
+def _relation(symbol: str) -> Callable[[sympy.Basic], str]:
+    return lambda e: f"({to_python(e.lhs)} {symbol} {to_python(e.rhs)})"
+
+
+def _call(name: str) -> Callable[[sympy.Basic], str]:
+    return lambda e: f"{name}({', '.join(to_python(a) for a in e.args)})"
+
+
+_PYTHON: dict[type, Callable[[sympy.Basic], str]] = {
+    sympy.Symbol: lambda e: e.name,
+    sympy.Add: _joined(" + "),
+    sympy.Mul: _joined(" * "),
+    sympy.floor: _py_floor,
+    sympy.ceiling: _py_ceiling,
+    sympy.Pow: lambda e: f"({to_python(e.args[0])} ** {to_python(e.args[1])})",
+    sympy.Mod: lambda e: f"({to_python(e.args[0])} % {to_python(e.args[1])})",
+    sympy.Max: _call("max"),
+    sympy.Min: _call("min"),
+    sympy.Equality: _relation("=="),
+    sympy.Unequality: _relation("!="),
+    sympy.StrictLessThan: _relation("<"),
+    sympy.LessThan: _relation("<="),
+    sympy.StrictGreaterThan: _relation(">"),
+    sympy.GreaterThan: _relation(">="),
+    sympy.And: _joined(" and "),
+    sympy.Or: _joined(" or "),
+    sympy.Not: lambda e: f"(not {to_python(e.args[0])})",
+}
+
+
+def predicate(
+    relations: Sequence[sympy.Basic], names: Sequence[str]
+) -> Callable[..., bool]:
+    """A function of the sizes named ``names`` (positional, in that order)
+    that is True when every one of ``relations`` holds."""
+    body = " and ".join(to_python(r) for r in relations) or "True"
+    return eval(f"lambda {', '.join(names)}: {body}", {"max": max, "min": min})

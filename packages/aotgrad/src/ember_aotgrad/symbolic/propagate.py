@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import sympy
 import torch
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import views  # noqa: F401  (registers the view rules)
 from .rules import Layout, NoShapeRule, rule_for
@@ -22,6 +23,9 @@ from .sym import ShapeEnv, hint_of, is_symbolic
 def has_symbols(args: object) -> bool:
     """Whether any tensor in ``args`` has a symbolic size or any value is symbolic."""
     for leaf in pytree.tree_leaves(args):
+        parts = (leaf.start, leaf.stop, leaf.step) if isinstance(leaf, slice) else ()
+        if any(is_symbolic(p) for p in parts):  # ``x[:, :n]`` with a symbolic n
+            return True
         if is_symbolic(leaf):
             return True
         if isinstance(leaf, torch.Tensor) and any(
@@ -48,7 +52,12 @@ def run_symbolic(env: ShapeEnv, func, args: tuple, kwargs: dict) -> object:
     NoShapeRule when the op has no rule for them."""
     cargs, ckwargs = pytree.tree_map(concrete, (args, kwargs))
     example = func(*cargs, **ckwargs)
-    layouts = rule_for(func)(env, *args, **kwargs)
+    try:
+        layouts = rule_for(func)(env, *args, **kwargs)
+    except NoShapeRule:
+        raise
+    except Exception as e:  # a rule that does not cover these arguments
+        raise NoShapeRule(f"the shape rule of {func} failed: {e}") from e
     if isinstance(example, torch.Tensor):
         return _build(env, func, layouts, example)
     if isinstance(layouts, Layout):
@@ -97,3 +106,40 @@ def dense_strides(sizes: Sequence[sympy.Expr], example: torch.Tensor) -> tuple:
         out[d] = step
         step = step * sizes[d]
     return tuple(out)
+
+
+def symbolic_tensor(
+    env: ShapeEnv, value: torch.Tensor, dims: dict[int, str]
+) -> torch.Tensor:
+    """A meta tensor like ``value`` whose dims in ``dims`` have the new symbol
+    of that name as their size (strides follow, dense in ``value``'s order).
+    Raises NoShapeRule for a tensor that is not dense (its strides stay fixed)."""
+    sizes = [sympy.Integer(s) for s in value.shape]
+    for d, name in dims.items():
+        sizes[d] = env.symbol(name, value.shape[d])
+    st = dense_strides(sizes, value)
+    if [env.evaluate(s) for s in st] != list(value.stride()):
+        raise NoShapeRule("a tensor that is not dense keeps its sizes")
+    meta = torch.empty_strided(
+        [env.sym_int(s) for s in sizes],
+        [env.sym_int(s) for s in st],
+        dtype=value.dtype,
+        device="meta",
+    )
+    return meta.requires_grad_(value.requires_grad)
+
+
+class SymbolicMode(TorchDispatchMode):
+    """Runs every aten op on tensors with symbolic sizes through its shape
+    rule (for callers that run torch-level code on such tensors, as capture
+    does); ops on tensors of fixed sizes run as they are."""
+
+    def __init__(self, env: ShapeEnv) -> None:
+        super().__init__()
+        self.env = env
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if has_symbols((args, kwargs)):
+            return run_symbolic(self.env, func, args, kwargs)
+        return func(*args, **kwargs)

@@ -97,6 +97,13 @@ def broadcast(env: ShapeEnv, *shapes: Shape) -> Shape:
     return tuple(out)
 
 
+def require_equal(env: ShapeEnv, a: sympy.Expr, b: sympy.Expr, what: str) -> None:
+    """Two sizes the op needs equal (eager checks them): equal for every size,
+    or guarded equal (they are at the example sizes)."""
+    if not env.decide(sympy.Eq(a, b)):
+        raise NoShapeRule(f"{what}: sizes {a} and {b} differ")
+
+
 def _tensors(args: object) -> list[torch.Tensor]:
     return [a for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
 
@@ -226,31 +233,44 @@ def _max_dim(env, x, dim, keepdim=False) -> list[Layout]:
 
 @shape_rule(aten.mm.default)
 def _mm(env, a, b) -> Layout:
+    require_equal(env, shape(a)[1], shape(b)[0], "mm")
     return Layout((shape(a)[0], shape(b)[1]))
 
 
 @shape_rule(aten.addmm.default)
 def _addmm(env, bias, a, b, **kwargs) -> Layout:
-    return Layout((shape(a)[0], shape(b)[1]))
+    out = _mm(env, a, b)
+    broadcast(env, shape(bias), out.sizes)
+    return out
 
 
 @shape_rule(aten.bmm.default)
 def _bmm(env, a, b) -> Layout:
+    require_equal(env, shape(a)[0], shape(b)[0], "bmm")
+    require_equal(env, shape(a)[2], shape(b)[1], "bmm")
     return Layout((shape(a)[0], shape(a)[1], shape(b)[2]))
 
 
 @shape_rule(aten.baddbmm.default)
 def _baddbmm(env, bias, a, b, **kwargs) -> Layout:
-    return _bmm(env, a, b)
+    out = _bmm(env, a, b)
+    broadcast(env, shape(bias), out.sizes)
+    return out
 
 
 # -- normalization ------------------------------------------------------------------
 
 
 @shape_rule(aten.native_layer_norm.default)
-def _layer_norm(env, x, normalized_shape, *args) -> list[Layout]:
+def _layer_norm(env, x, normalized_shape, w=None, b=None, *args) -> list[Layout]:
     sizes = shape(x)
     axis = len(sizes) - len(normalized_shape)
+    for size, normalized in zip(sizes[axis:], _exprs(normalized_shape)):
+        require_equal(env, size, normalized, "layer_norm")
+    for param in (w, b):
+        if param is not None:
+            for size, normalized in zip(shape(param), _exprs(normalized_shape)):
+                require_equal(env, size, normalized, "layer_norm")
     stats = sizes[:axis] + (sympy.Integer(1),) * len(normalized_shape)
     return [Layout(sizes), Layout(stats), Layout(stats)]
 
@@ -308,6 +328,10 @@ def _index(env, x, indices) -> Layout:
 def _cat(env, tensors, dim=0) -> Layout:
     parts = [shape(t) for t in tensors if not (t.dim() == 1 and shape(t)[0] == 0)]
     d = _dim(dim, len(parts[0]))
+    for part in parts[1:]:
+        for k, (a, b) in enumerate(zip(parts[0], part)):
+            if k != d:
+                require_equal(env, a, b, "cat")
     total = sympy.Add(*(p[d] for p in parts))
     return Layout((*parts[0][:d], total, *parts[0][d + 1 :]))
 
@@ -315,6 +339,9 @@ def _cat(env, tensors, dim=0) -> Layout:
 @shape_rule(aten.stack.default)
 def _stack(env, tensors, dim=0) -> Layout:
     sizes = shape(tensors[0])
+    for t in tensors[1:]:
+        for a, b in zip(sizes, shape(t)):
+            require_equal(env, a, b, "stack")
     d = _dim(dim, len(sizes) + 1)
     return Layout((*sizes[:d], sympy.Integer(len(tensors)), *sizes[d:]))
 
@@ -397,8 +424,139 @@ def _convolution(
     if transposed:
         raise NoShapeRule("transposed convolution over symbolic sizes")
     xs, ws = shape(x), shape(w)
+    require_equal(env, xs[1], ws[1] * groups, "convolution")
     spatial = tuple(
         _window(xs[2 + k], ws[2 + k], stride[k], padding[k], dilation[k])
         for k in range(len(xs) - 2)
     )
     return Layout((xs[0], ws[0], *spatial))
+
+
+@shape_rule(
+    aten.native_batch_norm.default, aten._native_batch_norm_legit_no_training.default
+)
+def _batch_norm(env, x, *args) -> list[Layout]:
+    channels = Layout((shape(x)[1],))
+    for param in args[:4]:
+        if isinstance(param, torch.Tensor):
+            require_equal(env, shape(param)[0], shape(x)[1], "batch_norm")
+    return [Layout(shape(x)), channels, channels]
+
+
+@shape_rule(aten.native_batch_norm_backward.default)
+def _batch_norm_backward(env, grad, x, w, *args) -> list[Layout]:
+    channels = Layout((shape(x)[1],))
+    return [Layout(shape(x)), channels, channels]
+
+
+@shape_rule(aten.repeat.default)
+def _repeat(env, x, repeats) -> Layout:
+    sizes = (sympy.Integer(1),) * (len(repeats) - x.dim()) + shape(x)
+    return Layout(tuple(s * expr_of(r) for s, r in zip(sizes, repeats)))
+
+
+@shape_rule(aten.max_pool2d_with_indices.default)
+def _max_pool2d(env, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    sizes = shape(x)
+    kernel = _pair(kernel)
+    stride = _pair(stride) if stride else kernel
+    padding, dilation = _pair(padding), _pair(dilation)
+    spatial = tuple(
+        _window(sizes[-2 + k], kernel[k], stride[k], padding[k], dilation[k], ceil_mode)
+        for k in range(2)
+    )
+    out = Layout((*sizes[:-2], *spatial))
+    return [out, out]
+
+
+@shape_rule(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(env, grad, x, *args) -> Layout:
+    return Layout(shape(x))
+
+
+@shape_rule(aten.avg_pool2d.default)
+def _avg_pool2d(env, x, kernel, stride=(), padding=0, ceil_mode=False, *args):
+    return _max_pool2d(env, x, kernel, stride, padding, 1, ceil_mode)[0]
+
+
+@shape_rule(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(env, x, output_size) -> Layout:
+    return Layout((*shape(x)[:-2], *_exprs(output_size)))
+
+
+def _pair(value) -> tuple:
+    return (
+        tuple(value) * (2 // len(value))
+        if isinstance(value, (list, tuple))
+        else (
+            value,
+            value,
+        )
+    )
+
+
+# -- losses -------------------------------------------------------------------------
+
+
+@shape_rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def _nll_loss(env, x, target, weight, reduction, ignore_index) -> list[Layout]:
+    out = Layout(shape(target)) if reduction == 0 else Layout(())
+    return [out, Layout(())]
+
+
+@shape_rule(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def _nll_loss_backward(env, grad, x, *args) -> Layout:
+    return Layout(shape(x))
+
+
+@shape_rule(
+    aten.mse_loss.default,
+    aten.l1_loss.default,
+    aten.smooth_l1_loss.default,
+    aten.huber_loss.default,
+    aten.binary_cross_entropy.default,
+    aten.binary_cross_entropy_with_logits.default,
+)
+def _elementwise_loss(env, x, target, *args, **kwargs) -> Layout:
+    reduction = kwargs.get("reduction", _reduction_arg(args))
+    sizes = broadcast(env, shape(x), shape(target))
+    return Layout(sizes if reduction == 0 else ())
+
+
+def _reduction_arg(args) -> int:
+    """The ``reduction`` enum among a loss's positional extras (default mean)."""
+    ints = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+    return ints[0] if ints else 1
+
+
+@shape_rule(aten.mse_loss_backward.default, aten.binary_cross_entropy_backward.default)
+def _loss_backward(env, grad, x, *args, **kwargs) -> Layout:
+    return Layout(shape(x))
+
+
+@shape_rule(aten.convolution_backward.default)
+def _convolution_backward(env, grad, x, w, bias_sizes, *args) -> list[Layout | None]:
+    mask = args[-1]
+    outs = [Layout(shape(x)), Layout(shape(w)), Layout((shape(w)[0],))]
+    return [out if wanted else None for out, wanted in zip(outs, mask)]
+
+
+@shape_rule(aten.native_group_norm.default)
+def _group_norm(env, x, w, b, n, c, hw, groups, eps) -> list[Layout]:
+    stats = Layout((expr_of(n), expr_of(groups)))
+    return [Layout(shape(x)), stats, stats]
+
+
+@shape_rule(aten.native_group_norm_backward.default)
+def _group_norm_backward(env, grad, x, mean, rstd, w, *args) -> list[Layout | None]:
+    mask = args[-1]
+    channels = Layout((shape(x)[1],))
+    outs = [Layout(shape(x)), channels, channels]
+    return [out if wanted else None for out, wanted in zip(outs, mask)]
+
+
+@shape_rule(
+    aten._adaptive_avg_pool2d_backward.default, aten.avg_pool2d_backward.default
+)
+def _pool_backward(env, grad, x, *args) -> Layout:
+    return Layout(shape(x))

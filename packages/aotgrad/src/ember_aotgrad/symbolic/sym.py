@@ -372,11 +372,11 @@ for _name, _on_hint, _on_expr, _result in (
     _unary(_name, _on_hint, _on_expr, _result)
 
 
-def expr_of(value: object) -> sympy.Expr:
-    """The expression of a SymInt (or an int) as sympy."""
-    if isinstance(value, torch.SymInt):
+def expr_of(value: object) -> sympy.Basic:
+    """The expression of a SymInt, SymFloat or SymBool (or a number) as sympy."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return value.node.expr
-    return sympy.Integer(value)
+    return _expr(value)
 
 
 def hint_of(value: object) -> object:

@@ -36,6 +36,8 @@ def _view(env, x, size) -> Layout:
 def _infer_size(env: ShapeEnv, old: Shape, new: Shape) -> Shape:
     numel = sympy.Mul(*old)
     if -1 not in new:
+        if not env.decide(sympy.Eq(sympy.Mul(*new), numel)):
+            raise NoShapeRule(f"shape {new} is invalid for {numel} elements")
         return new
     known = sympy.Mul(*(s for s in new if s != -1))
     missing = sympy.simplify(numel / known)

@@ -21,5 +21,6 @@ from . import (  # noqa: F401 - each module registers its kinds
     new_objects,
     objects,
     protocols,
+    sizes,
     tensors,
 )

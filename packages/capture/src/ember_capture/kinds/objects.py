@@ -54,6 +54,7 @@ from ..variables import (
     MethodValue,
     NewObjectValue,
     ObjectValue,
+    SymIntValue,
     TensorValue,
     TupleValue,
     UserObjectValue,
@@ -194,6 +195,8 @@ def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
         return SEQUENCE_OPS[target](tx, *args)
     if target in FLOAT_ARITHMETIC and _on_float_inputs(target, args, kwargs):
         return FloatExprValue(target, tuple(args))
+    if target in SIZE_ARITHMETIC and _on_sizes(args, kwargs):
+        return tx.output.call_size_op(target, args)
     if target in PURE_FUNCTIONS and _all_constant(args, kwargs):
         return fold(tx, target, args, kwargs)
     if target in SEQUENCE_OPS and is_sequence_op(args):
@@ -221,6 +224,30 @@ FLOAT_ARITHMETIC = frozenset(
         operator.itruediv, operator.ipow,
     }
 )  # fmt: skip
+
+
+# Arithmetic and comparisons that keep a symbolic size symbolic (docs/dynamic.md).
+SIZE_ARITHMETIC = frozenset(
+    {
+        operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+        operator.truediv, operator.neg, operator.pos, operator.pow, operator.iadd,
+        operator.isub, operator.imul, operator.ifloordiv, operator.lt, operator.le,
+        operator.eq, operator.ne, operator.gt, operator.ge,
+    }
+)  # fmt: skip
+
+
+def _on_sizes(args, kwargs) -> bool:
+    """Numbers, one of them a symbolic size."""
+    return (
+        not kwargs
+        and any(isinstance(a, SymIntValue) for a in args)
+        and all(
+            isinstance(a, SymIntValue)
+            or (type(a) is ConstValue and type(a.value) in (int, float, bool))
+            for a in args
+        )
+    )
 
 
 def _on_float_inputs(target: Callable, args, kwargs) -> bool:

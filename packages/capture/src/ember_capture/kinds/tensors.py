@@ -32,7 +32,15 @@ from ..torch_ops import (
     TENSOR_META_METHODS,
     TENSOR_VIEW_ATTRS,
 )
-from ..variables import ConstValue, MethodValue, ObjectKey, TensorValue, Value
+from ..variables import (
+    ConstValue,
+    MethodValue,
+    ObjectKey,
+    SymIntValue,
+    TensorValue,
+    TupleValue,
+    Value,
+)
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -47,7 +55,7 @@ def _type(t: TensorValue) -> type:
 @get_attr.register(TensorValue)
 def _attr(tx: Interpreter, t: TensorValue, name: str) -> Value:
     if name in TENSOR_META_ATTRS:
-        return ConstValue(getattr(t.meta, name))
+        return metadata(tx, t, name, getattr(t.meta, name))
     if name == "device":
         return ConstValue(t.device)
     if name in ("is_cuda", "is_cpu", "is_meta", "is_mps", "is_xpu"):
@@ -94,8 +102,40 @@ def _method(tx: Interpreter, t: TensorValue, name: str, args, kwargs) -> Value:
     if name in TENSOR_META_METHODS:
         consts = [constant(tx, a) for a in args]
         kw = {k: constant(tx, v) for k, v in kwargs.items()}
-        return ConstValue(getattr(t.meta, name)(*consts, **kw))
+        if name == "size" and (consts or kw):
+            return tx.output.size_value(t, (consts or list(kw.values()))[0])
+        return metadata(tx, t, name, getattr(t.meta, name)(*consts, **kw))
     return tx.output.call_tensor_op("call_method", name, (t, *args), kwargs)
+
+
+def metadata(tx: Interpreter, t: TensorValue, name: str, value: object) -> Value:
+    """A tensor's metadata as a value: a constant, except where sizes are
+    symbols (docs/dynamic.md): its sizes stay symbolic, its element count
+    too, and anything else built from them is specialized (guarded)."""
+    if not has_symbolic_sizes(t):
+        return ConstValue(value)
+    if name in ("shape", "size"):
+        return TupleValue(
+            tuple(tx.output.size_value(t, d) for d in range(t.meta.dim()))
+        )
+    if name in ("numel", "nelement"):
+        return SymIntValue(tx.output.graph.call_method(name, (t.node,)), value)
+    return ConstValue(specialized(value))
+
+
+def has_symbolic_sizes(t: TensorValue) -> bool:
+    return any(isinstance(s, torch.SymInt) for s in t.meta.shape)
+
+
+def specialized(value: object) -> object:
+    """``value`` with each symbolic number replaced by its value, guarded."""
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(specialized(v) for v in value)
+    return value
 
 
 def _already_set(tx: Interpreter, t: TensorValue, args, kwargs) -> bool:
@@ -158,7 +198,7 @@ def _truth(tx: Interpreter, t: TensorValue) -> bool:
 def _iterate(tx: Interpreter, t: TensorValue) -> list[Value]:
     if t.meta.dim() == 0:
         raise tx.unsupported("iterating over a 0-d tensor")
-    return [get_item(tx, t, ConstValue(i)) for i in range(t.meta.shape[0])]
+    return [get_item(tx, t, ConstValue(i)) for i in range(int(t.meta.shape[0]))]
 
 
 @contains.register(TensorValue)
@@ -170,7 +210,7 @@ def _contains(tx: Interpreter, t: TensorValue, item: Value) -> bool:
 def _length(tx: Interpreter, t: TensorValue) -> int:
     if t.meta.dim() == 0:
         raise tx.unsupported("len() of a 0-d tensor")
-    return t.meta.shape[0]
+    return int(t.meta.shape[0])  # specializes a symbolic size (len() is an int)
 
 
 @get_item.register(TensorValue)

@@ -1,0 +1,209 @@
+"""Dynamic shapes end to end: sizes that change between calls share one
+compiled entry (automatic dynamic, ``dynamic=True``, ``mark_dynamic``), every
+call equal to eager; relations between sizes are guarded; sizes 0 and 1
+specialize (docs/dynamic.md)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember
+
+transformers = pytest.importorskip("transformers")
+
+
+class Block(nn.Module):
+    """Pre-norm causal attention whose mask is built from the sequence length,
+    and a GELU MLP."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (
+            a.view(b, t, self.heads, d // self.heads).transpose(1, 2) for a in (q, k, v)
+        )
+        scores = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+def _compiles(fn) -> int:
+    return fn.dispatcher.counters.compiles
+
+
+def _compiles_of_module(module) -> int:
+    return module._compiled_forward.dispatcher.counters.compiles
+
+
+@pytest.mark.parametrize("backend", ["ember", "aot_eager"])
+def test_block_over_many_sizes_compiles_twice(backend):
+    torch.manual_seed(0)
+    model = Block()
+    compiled = ember.compile(model, backend=backend)
+    sizes = [(2 + t % 7, t) for t in range(3, 41, 3 if backend == "ember" else 1)]
+    for batch, seq in sizes:
+        x = torch.randn(batch, seq, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x))
+    assert _compiles_of_module(compiled) == 2
+    reasons = compiled._compiled_forward.dispatcher.recompile_reasons
+    assert len(reasons) == 1 and "size changed" in reasons[0]
+
+
+def test_a_size_of_one_specializes():
+    torch.manual_seed(0)
+    model = Block()
+    compiled = ember.compile(model, dynamic=True)
+    with torch.no_grad():
+        for batch, seq in [(2, 5), (3, 9), (1, 5), (1, 11), (4, 7)]:
+            x = torch.randn(batch, seq, 32)
+            torch.testing.assert_close(compiled(x), model(x))
+    # dynamic from the first call; batch 1 is an entry of its own (its
+    # sequence length still symbolic)
+    assert _compiles_of_module(compiled) == 2
+
+
+def test_a_branch_on_a_size_guards_the_relation():
+    def fn(x):
+        if x.shape[0] > 16:
+            return x * 2
+        return x - 1
+
+    compiled = ember.compile(fn)
+    for n in [8, 20, 30, 10, 12, 40]:
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    # 8 (fixed), 20 (dynamic, s0 > 16), 10 (dynamic, s0 <= 16); no more
+    assert _compiles(compiled) == 3
+    entries = compiled.dispatcher.entries
+    assert len(entries) == 3
+
+
+def test_a_reshape_and_a_reduction_over_a_dynamic_dim():
+    def fn(x):
+        b, t, c = x.shape
+        pairs = x.reshape(b, t // 2, 2 * c)
+        return pairs.sum(1), x.amax(1), x.mean(dim=(0, 1))
+
+    compiled = ember.compile(fn, dynamic=True)
+    for t in [4, 6, 10, 32]:
+        x = torch.randn(3, t, 5)
+        for got, want in zip(compiled(x), fn(x)):
+            torch.testing.assert_close(got, want)
+    assert _compiles(compiled) == 1
+
+
+def test_a_size_read_in_python_becomes_a_specialization_only_where_needed():
+    def fn(x):
+        n = x.shape[1]
+        steps = [x[:, i] for i in range(2)]  # constant indices: no guard on n
+        return torch.stack(steps).sum(0) * n, n + 1
+
+    compiled = ember.compile(fn, dynamic=True)
+    for n in [3, 7, 12]:
+        x = torch.randn(2, n)
+        got, want = compiled(x), fn(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]  # a size returned to Python: computed per call
+    assert _compiles(compiled) == 1
+
+
+def test_training_steps_with_a_changing_batch_size():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    eager = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    eager.load_state_dict(model.state_dict())
+
+    def step(m, x, y):
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        return loss
+
+    compiled = ember.compile(step)
+    for batch in [8, 12, 5, 30, 9]:
+        x, y = torch.randn(batch, 16), torch.randint(0, 4, (batch,))
+        for p in (*model.parameters(), *eager.parameters()):
+            p.grad = None
+        torch.testing.assert_close(compiled(model, x, y), step(eager, x, y))
+        for a, b in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(a.grad, b.grad)
+    assert _compiles(compiled) == 2
+
+
+def test_marks_and_policies():
+    def fn(x):
+        return x.sum(0) + x.shape[0]
+
+    never = ember.compile(fn, dynamic=False)
+    for n in [3, 4, 5]:
+        torch.testing.assert_close(never(torch.ones(n, 2)), fn(torch.ones(n, 2)))
+    assert _compiles(never) == 3
+
+    marked = ember.compile(fn)
+    x = torch.ones(3, 2)
+    ember.mark_dynamic(x, 0)
+    torch.testing.assert_close(marked(x), fn(x))
+    torch.testing.assert_close(marked(torch.ones(6, 2)), fn(torch.ones(6, 2)))
+    assert _compiles(marked) == 1
+
+    static = ember.compile(fn, dynamic=True)
+    for n in [3, 4]:
+        y = torch.ones(n, 2)
+        ember.mark_static(y, 0)
+        torch.testing.assert_close(static(y), fn(y))
+    assert _compiles(static) == 2
+
+
+def _llama():
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=256,
+        attention_dropout=0.0,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_causal_lm_over_five_sequence_lengths(train):
+    torch.manual_seed(0)
+    model = _llama().train(train)
+    compiled = ember.compile(model)
+    for seq in [5, 9, 12, 17, 30]:
+        ids = torch.randint(0, 256, (2, seq))
+        if train:
+            model.zero_grad()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = compiled(input_ids=ids, labels=ids).loss
+            got.backward()
+            got_grads = [p.grad.clone() for p in model.parameters()]
+            model.zero_grad()
+            want = model(input_ids=ids, labels=ids).loss
+            want.backward()
+            for a, p in zip(got_grads, model.parameters()):
+                torch.testing.assert_close(a, p.grad, rtol=1e-3, atol=1e-4)
+        else:
+            with torch.no_grad():
+                got = compiled(input_ids=ids).logits
+                want = model(input_ids=ids).logits
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+    assert _compiles_of_module(compiled) == 2

@@ -1,0 +1,148 @@
+"""Graphs whose sizes are read from their inputs (``aten.sym_size.int`` and
+integer arithmetic on it; docs/dynamic.md), compiled once per input layout.
+
+The kernels specialize on sizes, so a graph with symbolic sizes is compiled
+again, as a graph with those sizes folded to constants, for each new set of
+input sizes, strides and dtypes it is called with.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+sym_size = torch.ops.aten.sym_size.int
+
+# Integer arithmetic on sizes, folded once the sizes are known.
+SIZE_OPS = frozenset(
+    {
+        sym_size,
+        operator.add,
+        operator.sub,
+        operator.mul,
+        operator.floordiv,
+        operator.mod,
+        operator.neg,
+        operator.pow,
+        torch.sym_max,
+        torch.sym_min,
+    }
+)
+
+
+def has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` was traced with symbolic sizes: a node's traced value is
+    a size or has symbolic sizes (the graph may read none of them)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            return True
+        if isinstance(val, torch.Tensor) and any(
+            isinstance(s, torch.SymInt) for s in val.shape
+        ):
+            return True
+    return False
+
+
+def specialize(
+    gm: torch.fx.GraphModule, inputs: Sequence[object]
+) -> torch.fx.GraphModule:
+    """``gm`` with every size it computes replaced by its value for ``inputs``
+    (integer inputs included; their placeholders stay, unread). The nodes'
+    traced values, symbolic, are computed again on meta tensors."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, object] = {}
+    placeholders = iter(inputs)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = next(placeholders)
+            env[node] = graph.node_copy(node, env.__getitem__)
+            if isinstance(value, int):
+                env[node] = value
+            continue
+        if node.op == "call_function" and node.target in SIZE_OPS:
+            args = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args]
+            if node.target is sym_size:
+                args[0] = inputs[_input_index(gm, node.args[0])]
+                env[node] = args[0].shape[args[1]]
+            else:
+                env[node] = node.target(*args)
+            continue
+        env[node] = graph.node_copy(node, lambda a: env[a])
+    _trace_values(graph, inputs)
+    out = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    out.meta.update(gm.meta)
+    return out
+
+
+def _trace_values(graph: torch.fx.Graph, inputs: Sequence[object]) -> None:
+    """``meta["val"]`` of each node: its value on meta tensors, as traced."""
+    values = iter(inputs)
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            value = next(values)
+            if isinstance(value, torch.Tensor):
+                value = torch.empty_strided(
+                    value.shape, value.stride(), dtype=value.dtype, device="meta"
+                )
+            node.meta["val"] = value
+        elif node.op == "call_function":
+            args, kwargs = pytree.tree_map(_on_meta, (node.args, node.kwargs))
+            node.meta["val"] = node.target(*args, **kwargs)
+
+
+def _on_meta(value: object) -> object:
+    if isinstance(value, torch.fx.Node):
+        return value.meta.get("val")
+    if isinstance(value, torch.device):
+        return torch.device("meta")
+    return value
+
+
+def _input_index(gm: torch.fx.GraphModule, node: torch.fx.Node) -> int:
+    return list(gm.graph.find_nodes(op="placeholder")).index(node)
+
+
+class PerSizeGraph:
+    """``compile_one(specialized_gm, inputs)`` per input layout, behind one
+    callable; the latest compile answers ``source`` and the rest for
+    inspection."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[object],
+        compile_one: Callable[[torch.fx.GraphModule, list], Callable],
+    ) -> None:
+        self.gm = gm
+        self.compile_one = compile_one
+        self.compiled: dict[tuple, Callable] = {}
+        self.latest = self._compile(list(example_inputs))
+
+    def __call__(self, *inputs: object) -> object:
+        compiled = self.compiled.get(_layout(inputs))
+        if compiled is None:
+            compiled = self._compile(list(inputs))
+        return compiled(*inputs)
+
+    def _compile(self, inputs: list) -> Callable:
+        compiled = self.compile_one(specialize(self.gm, inputs), inputs)
+        self.compiled[_layout(inputs)] = self.latest = compiled
+        return compiled
+
+    def __getattr__(self, name: str) -> object:
+        # source, target, fallback_ops, kernels ...: those of the latest compile
+        return getattr(self.__dict__["latest"], name)
+
+
+def _layout(inputs: Sequence[object]) -> tuple:
+    return tuple(
+        (v.shape, v.stride(), v.dtype, v.device)
+        if isinstance(v, torch.Tensor)
+        else (type(v), v)
+        for v in inputs
+    )

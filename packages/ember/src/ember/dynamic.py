@@ -1,0 +1,108 @@
+"""Which input dims get symbolic sizes (docs/dynamic.md).
+
+``dynamic=None`` (the default) specializes each size first and makes a dim
+symbolic after the first recompile its size caused; ``dynamic=True`` makes
+every dim of the inputs symbolic from the first call (parameters and buffers
+keep theirs); ``dynamic=False`` never. ``mark_dynamic`` and ``mark_static``
+say it per tensor, as torch._dynamo's functions of the same names do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import types
+from collections.abc import Iterable
+
+import torch
+
+import ember_capture
+
+log = logging.getLogger("ember.dynamic")
+
+# Attributes the marks leave on a tensor: {dim: (min, max)} and {dim}.
+_DYNAMIC_ATTR = "_ember_dynamic_dims"
+_STATIC_ATTR = "_ember_static_dims"
+
+
+def mark_dynamic(
+    t: torch.Tensor,
+    dim: int | Iterable[int],
+    *,
+    min: int | None = None,
+    max: int | None = None,
+) -> None:
+    """Makes ``t``'s size at ``dim`` symbolic from the first compile that sees
+    ``t`` (sizes 0 and 1 still specialize). ``min`` and ``max`` are recorded;
+    ember does not guard on them yet."""
+    marks = dict(getattr(t, _DYNAMIC_ATTR, {}))
+    for d in [dim] if isinstance(dim, int) else dim:
+        marks[d % t.dim()] = (min, max)
+    setattr(t, _DYNAMIC_ATTR, marks)
+
+
+def mark_static(t: torch.Tensor, dim: int | Iterable[int]) -> None:
+    """Keeps ``t``'s size at ``dim`` fixed, whatever the policy says."""
+    marks = set(getattr(t, _STATIC_ATTR, ()))
+    marks.update(d % t.dim() for d in ([dim] if isinstance(dim, int) else dim))
+    setattr(t, _STATIC_ATTR, marks)
+
+
+class DynamicPolicy:
+    """The policy of one compiled function (``dims`` is capture's DynamicDims).
+
+    ``reasons`` says, in the user's names, which dims became symbolic and why;
+    ``disabled`` why this function's sizes stay fixed from now on.
+    """
+
+    def __init__(self, mode: bool | None) -> None:
+        self.mode = mode
+        self.disabled: str | None = None
+        self.reasons: list[str] = []
+        self._shapes: dict[str, tuple[int, ...]] = {}  # at the last capture
+        self._automatic: dict[str, set[int]] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.mode is not False and self.disabled is None
+
+    def dims(self, source: ember_capture.Source, t: torch.Tensor) -> list[int]:
+        """The dims of the tensor read from ``source`` that are symbols."""
+        name = source.name()
+        dims = set(getattr(t, _DYNAMIC_ATTR, {}))
+        state = isinstance(t, torch.nn.Parameter) or isinstance(
+            source, ember_capture.AttrSource
+        )
+        if self.mode is True and not state:
+            dims.update(range(t.dim()))
+        before = self._shapes.get(name)
+        self._shapes[name] = tuple(t.shape)
+        if self.mode is None and before is not None and len(before) == t.dim():
+            automatic = self._automatic.setdefault(name, set())
+            for d, (old, new) in enumerate(zip(before, t.shape)):
+                if old != new and d not in automatic:
+                    automatic.add(d)
+                    reason = f"{name}.size({d}) is dynamic: {old} -> {new}"
+                    self.reasons.append(reason)
+                    log.info("%s", reason)
+            dims |= automatic
+        return sorted(dims - set(getattr(t, _STATIC_ATTR, ())))
+
+    def disable(self, reason: str) -> None:
+        self.disabled = reason
+        log.info("sizes stay fixed: %s", reason)
+
+
+class LazyProvider(types.ModuleType):
+    """``ember_aotgrad.symbolic``, imported when capture first makes a symbol
+    (it imports sympy: a program with fixed sizes does not pay for it)."""
+
+    def __init__(self) -> None:
+        super().__init__("ember_aotgrad.symbolic (lazy)")
+
+    def __getattr__(self, name: str) -> object:
+        module = importlib.import_module("ember_aotgrad.symbolic")
+        return getattr(module, name)
+
+
+SHAPES = LazyProvider()
