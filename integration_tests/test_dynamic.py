@@ -5,6 +5,9 @@ specialize (docs/dynamic.md)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -63,6 +66,11 @@ def test_block_over_many_sizes_compiles_twice(backend):
     assert _compiles_of_module(compiled) == 2
     reasons = compiled._compiled_forward.dispatcher.recompile_reasons
     assert len(reasons) == 1 and "size changed" in reasons[0]
+    (b0, t0), (b1, t1) = sizes[:2]
+    assert compiled._compiled_forward.log.dynamic_reasons == [
+        f"L['x'].size(0) is dynamic: it was {b0}, now {b1}",
+        f"L['x'].size(1) is dynamic: it was {t0}, now {t1}",
+    ]
 
 
 def test_a_size_of_one_specializes():
@@ -207,3 +215,35 @@ def test_causal_lm_over_five_sequence_lengths(train):
                 want = model(input_ids=ids).logits
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
     assert _compiles_of_module(compiled) == 2
+
+
+_REMEMBER = """
+import sys, torch, ember
+def fn(x):
+    return x.sum(0) * x.shape[0]
+compiled = ember.compile(fn)
+for n in map(int, sys.argv[1:]):
+    torch.testing.assert_close(compiled(torch.ones(n, 3)), fn(torch.ones(n, 3)))
+print(compiled.dispatcher.counters.compiles, compiled.log.dynamic_reasons)
+"""
+
+
+def test_a_new_process_remembers_which_dims_are_dynamic(tmp_path):
+    script = tmp_path / "remember.py"
+    script.write_text(_REMEMBER)
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run(*sizes):
+        out = subprocess.run(
+            [sys.executable, str(script), *map(str, sizes)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        return out.stdout.strip()
+
+    first = run(4, 5, 6)
+    assert first.startswith("2 ") and "L['x'].size(0) is dynamic: it was 4" in first
+    second = run(7, 8)  # symbolic from its first call
+    assert second.startswith("1 ") and "earlier run" in second

@@ -60,7 +60,7 @@ def compile_graph(
 
     A graph that reads sizes from its inputs (``aten.sym_size.int``; aotgrad's
     graphs with symbolic sizes) gives a callable that compiles the graph again
-    for each new input layout it is called with (``specialize.PerSizeGraph``).
+    for each new set of sizes it is called with (``specialize.PerSizeGraph``).
     """
     if target == "auto":
         target = "cpp" if find_compiler() else "torch"
@@ -69,7 +69,7 @@ def compile_graph(
             f"unknown codegen target {target!r}; available: auto, {', '.join(TARGETS)}"
         )
     if has_symbolic_sizes(gm):
-        # Kernels take sizes as constants: one compile per input layout.
+        # Kernels take sizes as constants: one compile per set of sizes.
         def compile_one(specialized: torch.fx.GraphModule, inputs: list):
             return compile_graph(
                 specialized,
@@ -77,7 +77,7 @@ def compile_graph(
                 target,
                 cache_dir=cache_dir,
                 signer=signer,
-                check_inputs=False,  # each compile serves one exact layout
+                check_inputs=check_inputs,
             )
 
         return PerSizeGraph(gm, example_inputs, compile_one)

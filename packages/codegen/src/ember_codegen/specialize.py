@@ -1,9 +1,9 @@
 """Graphs whose sizes are read from their inputs (``aten.sym_size.int`` and
-integer arithmetic on it; docs/dynamic.md), compiled once per input layout.
+integer arithmetic on it; docs/dynamic.md), compiled once per set of sizes.
 
 The kernels specialize on sizes, so a graph with symbolic sizes is compiled
 again, as a graph with those sizes folded to constants, for each new set of
-input sizes, strides and dtypes it is called with.
+values of its symbolic sizes it is called with.
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def _input_index(gm: torch.fx.GraphModule, node: torch.fx.Node) -> int:
 
 
 class PerSizeGraph:
-    """``compile_one(specialized_gm, inputs)`` per input layout, behind one
-    callable; the latest compile answers ``source`` and the rest for
-    inspection."""
+    """``compile_one(specialized_gm, inputs)`` per set of symbolic sizes (and
+    integer inputs), behind one callable; the latest compile answers
+    ``source`` and the rest for inspection."""
 
     def __init__(
         self,
@@ -121,17 +121,26 @@ class PerSizeGraph:
         self.gm = gm
         self.compile_one = compile_one
         self.compiled: dict[tuple, Callable] = {}
+        # What a compile depends on: the symbolic sizes (input, dim), and the
+        # integer inputs. The rest of a layout is fixed by the caller's guards
+        # (ember's), or follows from those sizes (tensors a compiled graph made).
+        self.sizes, self.ints = _symbolic_reads(gm)
         self.latest = self._compile(list(example_inputs))
 
     def __call__(self, *inputs: object) -> object:
-        compiled = self.compiled.get(_layout(inputs))
+        compiled = self.compiled.get(self._key(inputs))
         if compiled is None:
             compiled = self._compile(list(inputs))
         return compiled(*inputs)
 
+    def _key(self, inputs: Sequence[object]) -> tuple:
+        key = [inputs[i].shape[d] for i, d in self.sizes]
+        key += [inputs[i] for i in self.ints]
+        return tuple(key)
+
     def _compile(self, inputs: list) -> Callable:
         compiled = self.compile_one(specialize(self.gm, inputs), inputs)
-        self.compiled[_layout(inputs)] = self.latest = compiled
+        self.compiled[self._key(inputs)] = self.latest = compiled
         return compiled
 
     def __getattr__(self, name: str) -> object:
@@ -139,10 +148,17 @@ class PerSizeGraph:
         return getattr(self.__dict__["latest"], name)
 
 
-def _layout(inputs: Sequence[object]) -> tuple:
-    return tuple(
-        (v.shape, v.stride(), v.dtype, v.device)
-        if isinstance(v, torch.Tensor)
-        else (type(v), v)
-        for v in inputs
-    )
+def _symbolic_reads(
+    gm: torch.fx.GraphModule,
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """Each (input, dim) whose traced size is symbolic, and each integer input."""
+    sizes, ints = [], []
+    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            ints.append(i)
+        elif isinstance(val, torch.Tensor):
+            sizes += [
+                (i, d) for d, s in enumerate(val.shape) if isinstance(s, torch.SymInt)
+            ]
+    return sizes, ints

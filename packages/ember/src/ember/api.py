@@ -20,11 +20,11 @@ import ember_capture
 from ember_runtime import Counters, Dispatcher
 
 from .backends import Backend, CompileLog, resolve_backend
-from .cache import MetaResultsCache, trusted_cache
+from .cache import DynamicDimsCache, MetaResultsCache, trusted_cache
 from .config import Config
 from .convert import BreakReason, make_convert
 from .distributed import DDPForward, is_ddp, split_at_buckets
-from .dynamic import DynamicPolicy
+from .dynamic import DynamicPolicy, Remembered
 
 _MODES = (None, "default", "reduce-overhead", "max-autotune")
 
@@ -101,6 +101,7 @@ class _Context:
         self.config = config
         self.log = log
         self.meta_cache = MetaResultsCache(trusted_cache(config))
+        self.dynamic_dims_cache = DynamicDimsCache(trusted_cache(config))
         self.breaks: list[BreakReason] = []
         self._functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -124,7 +125,11 @@ class _Context:
             hook=self.hook,
             counters=counters,
             meta_cache=self.meta_cache,
-            dynamic=DynamicPolicy(self.dynamic),
+            dynamic=DynamicPolicy(
+                self.dynamic,
+                self.log.dynamic_reasons,
+                Remembered(self.dynamic_dims_cache, fn),
+            ),
         )
         dispatcher = Dispatcher(
             fn,

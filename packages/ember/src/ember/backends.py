@@ -55,6 +55,9 @@ class CompileLog:
     # Per graph compiled inside a DDP forward and split at its buckets: the
     # number of pieces (distributed.py).
     bucket_pieces: list[int] = field(default_factory=list)
+    # Which input dims became symbolic and why, and why sizes stayed fixed
+    # (dynamic.py).
+    dynamic_reasons: list[str] = field(default_factory=list)
 
 
 BACKENDS: dict[str, Callable[[Config, CompileLog, Counters], Backend]] = {}

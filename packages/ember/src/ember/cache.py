@@ -387,3 +387,42 @@ class MetaResultsCache:
             function=f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}",
             environment=environment_text(),
         )
+
+
+class DynamicDimsCache:
+    """Per function, the input dims that automatic dynamic made symbolic
+    (``{source name: [dims]}``), so a new process compiles them symbolic on its
+    first call instead of compiling once per size first (docs/dynamic.md)."""
+
+    def __init__(self, trust: CacheTrust) -> None:
+        self.store = ArtifactStore(trust.folder("dynamic"), trust=trust)
+
+    def load(self, fn: types.FunctionType) -> dict[str, set[int]]:
+        """The dims stored for ``fn``; {} when none (or unreadable)."""
+        key = self._key(fn)
+        try:
+            data = self.store.get(key)
+        except OSError:
+            return {}
+        if data is None:
+            return {}
+        try:
+            stored = json.loads(data)
+            return {str(name): {int(d) for d in dims} for name, dims in stored.items()}
+        except (ValueError, TypeError, AttributeError) as e:
+            with contextlib.suppress(OSError):
+                self.store.discard(key, data, f"not a dict of dims: {e}")
+            return {}
+
+    def save(self, fn: types.FunctionType, dims: Mapping[str, set[int]]) -> None:
+        text = json.dumps({name: sorted(d) for name, d in sorted(dims.items()) if d})
+        with contextlib.suppress(OSError):  # unwritable: the next run learns again
+            self.store.put(self._key(fn), text.encode())
+
+    @staticmethod
+    def _key(fn: types.FunctionType) -> str:
+        code = fn.__code__
+        return cache_key(
+            kind="dynamic-dims",
+            function=f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}",
+        )

@@ -18,6 +18,8 @@ import torch
 
 import ember_capture
 
+from .cache import DynamicDimsCache
+
 log = logging.getLogger("ember.dynamic")
 
 # Attributes the marks leave on a tensor: {dim: (min, max)} and {dim}.
@@ -55,12 +57,18 @@ class DynamicPolicy:
     ``disabled`` why this function's sizes stay fixed from now on.
     """
 
-    def __init__(self, mode: bool | None) -> None:
+    def __init__(
+        self,
+        mode: bool | None,
+        reasons: list[str] | None = None,
+        remembered: Remembered | None = None,
+    ) -> None:
         self.mode = mode
         self.disabled: str | None = None
-        self.reasons: list[str] = []
+        self.reasons: list[str] = [] if reasons is None else reasons
         self._shapes: dict[str, tuple[int, ...]] = {}  # at the last capture
-        self._automatic: dict[str, set[int]] = {}
+        self._automatic: dict[str, set[int]] | None = None  # read on first use
+        self._remembered = remembered
 
     @property
     def active(self) -> bool:
@@ -77,20 +85,56 @@ class DynamicPolicy:
             dims.update(range(t.dim()))
         before = self._shapes.get(name)
         self._shapes[name] = tuple(t.shape)
-        if self.mode is None and before is not None and len(before) == t.dim():
-            automatic = self._automatic.setdefault(name, set())
-            for d, (old, new) in enumerate(zip(before, t.shape)):
-                if old != new and d not in automatic:
-                    automatic.add(d)
-                    reason = f"{name}.size({d}) is dynamic: {old} -> {new}"
-                    self.reasons.append(reason)
-                    log.info("%s", reason)
+        if self.mode is None:
+            automatic = self._automatic_dims().setdefault(name, set())
+            if before is not None and len(before) == t.dim():
+                new = {
+                    d for d, (a, b) in enumerate(zip(before, t.shape)) if a != b
+                } - automatic
+                for d in sorted(new):
+                    self._note(
+                        f"{name}.size({d}) is dynamic: it was {before[d]}, "
+                        f"now {t.shape[d]}"
+                    )
+                if new:
+                    automatic |= new
+                    if self._remembered is not None:
+                        self._remembered.save(self._automatic)
             dims |= automatic
         return sorted(dims - set(getattr(t, _STATIC_ATTR, ())))
 
+    def _automatic_dims(self) -> dict[str, set[int]]:
+        if self._automatic is None:
+            stored = self._remembered.load() if self._remembered else {}
+            for name, dims in sorted(stored.items()):
+                for d in sorted(dims):
+                    self._note(
+                        f"{name}.size({d}) is dynamic: it changed in an "
+                        "earlier run (remembered in the cache)"
+                    )
+            self._automatic = stored
+        return self._automatic
+
+    def _note(self, reason: str) -> None:
+        self.reasons.append(reason)
+        log.info("%s", reason)
+
     def disable(self, reason: str) -> None:
         self.disabled = reason
-        log.info("sizes stay fixed: %s", reason)
+        self._note(f"sizes stay fixed: {reason}")
+
+
+class Remembered:
+    """A function's automatic dynamic dims as the disk cache keeps them."""
+
+    def __init__(self, cache: DynamicDimsCache, fn: types.FunctionType) -> None:
+        self.cache, self.fn = cache, fn
+
+    def load(self) -> dict[str, set[int]]:
+        return self.cache.load(self.fn)
+
+    def save(self, dims: dict[str, set[int]]) -> None:
+        self.cache.save(self.fn, dims)
 
 
 class LazyProvider(types.ModuleType):

@@ -33,6 +33,8 @@ class ExplainOutput:
     # Per graph compiled inside a DDP forward: the pieces it was split into at
     # DDP's gradient buckets.
     bucket_pieces: list[int] = field(default_factory=list)
+    # Which input dims became symbolic sizes and why (docs/dynamic.md).
+    dynamic_reasons: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [
@@ -45,6 +47,7 @@ class ExplainOutput:
         split = "  graph split at DDP's buckets into {} pieces"
         lines += [split.format(n) for n in self.bucket_pieces]
         lines += [f"  graph run by torch: {r}" for r in self.eager_graph_reasons]
+        lines += [f"  dynamic: {r}" for r in self.dynamic_reasons]
         if self.fallback_ops:
             lines.append(f"  ops run by torch: {', '.join(self.fallback_ops)}")
         return "\n".join(lines)
@@ -80,6 +83,7 @@ def explain(
             generated_code=list(target.log.generated_code),
             eager_graph_reasons=list(target.log.eager_graph_reasons),
             bucket_pieces=list(target.log.bucket_pieces),
+            dynamic_reasons=list(target.log.dynamic_reasons),
         )
 
     return run

@@ -16,6 +16,7 @@ LOGGERS = {
     "graph": "ember.capture",  # the torch-level fx graph of each capture
     "aten": "ember.aotgrad",  # the aten graph handed to the backend compiler
     "output_code": "ember.output_code",  # the code codegen generated
+    "dynamic": "ember.dynamic",  # which sizes became symbolic, and why (INFO)
 }
 
 
