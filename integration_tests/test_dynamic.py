@@ -247,3 +247,21 @@ def test_a_new_process_remembers_which_dims_are_dynamic(tmp_path):
     assert first.startswith("2 ") and "L['x'].size(0) is dynamic: it was 4" in first
     second = run(7, 8)  # symbolic from its first call
     assert second.startswith("1 ") and "earlier run" in second
+
+
+def test_an_integer_argument_that_changes_becomes_a_symbol():
+    def fn(x, n, scale):
+        return (x[:, :n] * n).sum(1) + x.new_ones(n).sum() * scale
+
+    compiled = ember.compile(fn)
+    for n in [3, 4, 5, 7, 2, 9, 10]:
+        x = torch.randn(3, 10)
+        torch.testing.assert_close(compiled(x, n, 2.0), fn(x, n, 2.0))
+    assert _compiles(compiled) == 2
+    assert compiled.log.dynamic_reasons == ["L['n'] is dynamic: it was 3, now 4"]
+    x = torch.randn(3, 10)
+    torch.testing.assert_close(compiled(x, 1, 2.0), fn(x, 1, 2.0))  # 1 specializes
+    assert compiled.dispatcher.recompile_reasons[-1] == (
+        "sizes: no longer (L['n'] >= 2) and (L['n'] <= 10)"
+    )
+    assert _compiles(compiled) == 3

@@ -166,3 +166,22 @@ def test_sizes_outside_the_guards_run_the_eager_graph():
     assert not compiled.dynamic.holds([torch.randn(2, 1)])  # 1 specializes
     x = torch.randn(2, 3)  # s0 >= 4 fails: the compiled graph would be wrong
     torch.testing.assert_close(compiled(x)[0], fn(x)[0])
+
+
+def test_an_integer_input_is_a_symbol():
+    def fn(x, n):
+        return (x[:, :n] * n, x.new_zeros(n, 2))
+
+    compiler = Counting()
+    compiled = aot_compile(
+        graph_of(fn, 2), [torch.randn(3, 9), 4], compiler, dynamic_dims={1: ()}
+    )
+    assert compiled.dynamic.symbols == {"s0": (1, None)}
+    code = compiler.graphs[0].code
+    assert "torch.ops.aten.slice.Tensor(arg0, 1, 0, arg1)" in code
+    for n in (2, 5, 9):
+        x = torch.randn(3, 9)
+        for got, want in zip(compiled(x, n), fn(x, n)):
+            torch.testing.assert_close(got, want)
+    assert not compiled.dynamic.holds([torch.randn(3, 9), 10])  # s0 <= 9
+    assert len(compiler.graphs) == 1

@@ -42,7 +42,8 @@ def aot_compile(
     graph; when an input requires grad under grad mode, ``bw_compiler`` (default:
     ``fw_compiler``) receives the backward graph on the first backward call.
     ``decompositions`` defaults to the built-in table. ``dynamic_dims`` maps an
-    input's index to the dims whose size may change between calls: the graphs
+    input's index to the dims whose size may change between calls (an integer
+    input listed with ``()`` is a symbol itself): the graphs
     the compilers receive then compute those sizes from their inputs, and
     ``CompiledAot.dynamic`` lists the relations between sizes the caller must
     check (None when an op made the trace specialize; docs/dynamic.md).

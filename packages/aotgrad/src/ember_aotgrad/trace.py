@@ -89,12 +89,15 @@ class Dynamic:
     and the relations between sizes (sympy) that must hold for the graph to
     be right; a caller checks them before running the graph on new sizes."""
 
-    symbols: dict[str, tuple[int, int]]
+    symbols: dict[str, tuple[int, int | None]]  # dim None: an integer input
     guards: tuple[sympy.Basic, ...]
 
     def holds(self, inputs: Sequence[object]) -> bool:
         """Whether ``inputs`` satisfy the guards (sizes 0 and 1 stay fixed)."""
-        sizes = [inputs[i].shape[d] for i, d in self.symbols.values()]
+        sizes = [
+            inputs[i] if d is None else inputs[i].shape[d]
+            for i, d in self.symbols.values()
+        ]
         if min(sizes, default=2) < 2:
             return False
         return not self.guards or self._check(*sizes)
@@ -131,7 +134,8 @@ def trace(
     output: those that view an input, and those inside nested outputs (a
     torch.return_types, a tuple of tuples), flattened in pytree order.
     ``dynamic_dims`` maps an input's index to the dims whose size is a symbol:
-    the graph then reads those sizes from its inputs (docs/dynamic.md). When an
+    the graph then reads those sizes from its inputs (docs/dynamic.md); an
+    integer input listed (with no dims, ``()``) is a symbol itself. When an
     op has no symbolic shape rule, the trace specializes to the example sizes
     and says why in ``AtenTrace.specialized``.
     Raises AotGradError naming the op and user line for graphs it cannot trace.
@@ -177,7 +181,7 @@ def _trace(
             raise NoShapeRule("autocast regions with symbolic sizes")
         rec.on_device = device
     values = []
-    symbols: dict[str, tuple[int, int]] = {}
+    symbols: dict[str, tuple[int, int | None]] = {}
     for i, value in enumerate(example_inputs):
         node = rec.graph.placeholder(f"arg{i}")
         if isinstance(value, torch.Tensor):
@@ -186,12 +190,26 @@ def _trace(
             if dims:
                 value = _symbolic_input(rec, value, node, i, dims, symbols)
             rec.track(value, node, input_index=i)
+        elif type(value) is int and env is not None and i in dynamic_dims:
+            value = _symbolic_int(rec, value, node, i, symbols)
         values.append(value)
     with autocast.no_autocast(regions):
         traced = _trace_values(gm, rec, values, joint, standalone)
     if env is None:
         return traced
     return dataclasses.replace(traced, dynamic=Dynamic(symbols, tuple(env.guards)))
+
+
+def _symbolic_int(rec, value, node, index, symbols) -> torch.SymInt:
+    """The integer input ``value`` as a new symbol (0 and 1 stay fixed)."""
+    if value < 2:
+        raise NoShapeRule(f"integer input {index} is {value} (0 and 1 specialize)")
+    name = f"s{len(symbols)}"
+    symbols[name] = (index, None)
+    sym = rec.env.symbol(name, value)
+    rec.sizes.sources[sym] = (node, None)
+    node.meta["val"] = traced = rec.env.sym_int(sym)
+    return traced
 
 
 def _symbolic_input(rec, value, node, index, dims, symbols) -> torch.Tensor:

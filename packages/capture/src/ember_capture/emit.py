@@ -291,11 +291,14 @@ DYNAMIC_DIMS = "dynamic_dims"
 
 
 def _dynamic_dims(graph: torch.fx.Graph) -> dict[int, tuple[int, ...]]:
-    """For each graph input with symbolic sizes, its index and those dims."""
+    """For each graph input with symbolic sizes, its index and those dims (an
+    integer input that is a symbol: ``()``)."""
     dims = {}
     for i, node in enumerate(graph.find_nodes(op="placeholder")):
         meta = node.meta.get("example_value")
-        if isinstance(meta, torch.Tensor):
+        if isinstance(meta, torch.SymInt):
+            dims[i] = ()
+        elif isinstance(meta, torch.Tensor):
             symbolic = tuple(
                 d for d, s in enumerate(meta.shape) if isinstance(s, torch.SymInt)
             )

@@ -122,11 +122,17 @@ class SizeRelation:
 
     python: str
     text: str
-    reads: tuple[tuple[str, Source, int], ...]
+    reads: tuple[tuple[str, Source, int | None], ...]  # dim None: an int itself
 
     def __str__(self) -> str:
-        names = {n: f"{s.name()}.size({d})" for n, s, d in self.reads}
+        names = {n: _size_text(s.name(), d, ".size({})") for n, s, d in self.reads}
         return with_sizes(self.python, names)
+
+
+def _size_text(value: str, dim: int | None, template: str) -> str:
+    """``value``'s size at ``dim`` (``template`` names it), or ``value``
+    itself for an integer symbol."""
+    return value if dim is None else value + template.format(dim)
 
 
 def with_sizes(text: str, names: dict[str, str]) -> str:
@@ -362,7 +368,7 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
     # {e} is the relations' own Python, over the sizes it reads (GuardChecker)
     GuardKind.SIZES: (
         "{e}",
-        lambda v, e: "the sizes no longer satisfy " + " and ".join(r.text for r in e),
+        lambda v, e: "no longer " + " and ".join(str(r) for r in e),
     ),
 }
 
@@ -465,7 +471,10 @@ class GuardChecker:
                     return " and ".join(
                         with_sizes(
                             r.python,
-                            {n: f"{shared.expr(s)}.shape[{d}]" for n, s, d in r.reads},
+                            {
+                                n: _size_text(shared.expr(s), d, ".shape[{}]")
+                                for n, s, d in r.reads
+                            },
                         )
                         for r in guard.expected
                     )
@@ -489,6 +498,8 @@ class GuardChecker:
             if single.check(f_locals):
                 continue
             where = guard.source.name() if guard.source is not None else "torch"
+            if guard.kind is GuardKind.SIZES:
+                return f"sizes: {_CHECKS[guard.kind][1](None, guard.expected)}"
             try:
                 value = (
                     GlobalState.current()

@@ -132,7 +132,8 @@ class OutputGraph:
         self.shapes = shapes if dynamic_dims is not None else None
         self.dynamic_dims = dynamic_dims
         self.env = None  # made with the first symbol
-        self.size_sources: dict[str, tuple[Source, int]] = {}
+        # (dim None: an integer argument that is a symbol itself)
+        self.size_sources: dict[str, tuple[Source, int | None]] = {}
         state = GlobalState.current()
         self.guards = GuardSet([Guard(GuardKind.GLOBAL_STATE, None, state)])
         self.initial_grad_enabled = state.grad_enabled
@@ -167,6 +168,14 @@ class OutputGraph:
         """An interpreter value for ``value`` read from ``source``, with its guard."""
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, source)
+        if (
+            type(value) is int
+            and type(source) in _UNSPECIALIZED_FLOAT_SOURCES
+            and self.shapes is not None
+            and value > 1
+            and self.dynamic_dims(source, value)
+        ):
+            return self._int_input(value, source)
         if type(value) is float and type(source) in _UNSPECIALIZED_FLOAT_SOURCES:
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, float))
             return FloatInputValue(
@@ -336,17 +345,39 @@ class OutputGraph:
             self.size_sources[name] = (source, d)
         return symbolic, tuple(names.items())
 
+    def _int_input(self, value: int, source: Source) -> SymIntValue:
+        """An integer argument whose value is a symbol: a graph input."""
+        if self.env is None:
+            self.env = self.shapes.ShapeEnv()
+        name = f"s{len(self.size_sources)}"
+        size = self.env.sym_int(self.env.symbol(name, value))
+        self.size_sources[name] = (source, None)
+        self.guards.add(Guard(GuardKind.TYPE_MATCH, source, int))
+        node = self._placeholder(source)
+        node.meta["example_value"] = size
+        node.meta["source"] = source.name()
+        self.input_sources.append(source)
+        self.example_inputs.append(value)
+        return SymIntValue(node, size, source)
+
     def size_guards(self) -> list[Guard]:
-        """The relations between sizes that capture assumed, as guards."""
-        if self.env is None or not self.env.guards:
+        """The relations between sizes that capture assumed, as guards; an
+        integer symbol must also stay above 1 (a tensor's symbolic sizes are
+        checked so by their TensorSpec)."""
+        if self.env is None:
             return []
-        relations = tuple(
+        relations = [
+            SizeRelation(f"({name} >= 2)", f"{name} >= 2", ((name, source, None),))
+            for name, (source, dim) in self.size_sources.items()
+            if dim is None
+        ]
+        relations += [
             SizeRelation(self.shapes.to_python(r), str(r), self._reads(r))
             for r in self.env.guards
-        )
-        return [Guard(GuardKind.SIZES, None, relations)]
+        ]
+        return [Guard(GuardKind.SIZES, None, tuple(relations))] if relations else []
 
-    def _reads(self, relation: object) -> tuple[tuple[str, Source, int], ...]:
+    def _reads(self, relation: object) -> tuple[tuple[str, Source, int | None], ...]:
         names = sorted(s.name for s in relation.free_symbols)
         return tuple((n, *self.size_sources[n]) for n in names)
 

@@ -17,7 +17,9 @@ import torch
 from .source import Source
 
 # Which dims of the tensor read from ``source`` are symbols (none: all fixed).
-DynamicDims = Callable[[Source, torch.Tensor], Sequence[int]]
+# Called with an int argument too (a local, or an entry of a list or dict
+# argument): any dims at all make the int itself a symbol.
+DynamicDims = Callable[[Source, torch.Tensor | int], Sequence[int]]
 
 
 class SymbolicShapes(Protocol):

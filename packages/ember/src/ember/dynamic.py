@@ -22,6 +22,9 @@ from .cache import DynamicDimsCache
 
 log = logging.getLogger("ember.dynamic")
 
+# An integer argument's entry among the automatic dims: the int itself.
+_INT = -1
+
 # Attributes the marks leave on a tensor: {dim: (min, max)} and {dim}.
 _DYNAMIC_ATTR = "_ember_dynamic_dims"
 _STATIC_ATTR = "_ember_static_dims"
@@ -66,7 +69,8 @@ class DynamicPolicy:
         self.mode = mode
         self.disabled: str | None = None
         self.reasons: list[str] = [] if reasons is None else reasons
-        self._shapes: dict[str, tuple[int, ...]] = {}  # at the last capture
+        # each input's shape (an int argument's value) at the last capture
+        self._shapes: dict[str, tuple[int, ...] | int] = {}
         self._automatic: dict[str, set[int]] | None = None  # read on first use
         self._remembered = remembered
 
@@ -74,9 +78,12 @@ class DynamicPolicy:
     def active(self) -> bool:
         return self.mode is not False and self.disabled is None
 
-    def dims(self, source: ember_capture.Source, t: torch.Tensor) -> list[int]:
-        """The dims of the tensor read from ``source`` that are symbols."""
+    def dims(self, source: ember_capture.Source, t: torch.Tensor | int) -> list[int]:
+        """The dims of the tensor read from ``source`` that are symbols; for an
+        int argument, ``[0]`` when the int is a symbol."""
         name = source.name()
+        if not isinstance(t, torch.Tensor):
+            return self._int_dims(name, t)
         dims = set(getattr(t, _DYNAMIC_ATTR, {}))
         state = isinstance(t, torch.nn.Parameter) or isinstance(
             source, ember_capture.AttrSource
@@ -103,14 +110,32 @@ class DynamicPolicy:
             dims |= automatic
         return sorted(dims - set(getattr(t, _STATIC_ATTR, ())))
 
+    def _int_dims(self, name: str, value: int) -> list[int]:
+        """An integer argument: a symbol under ``dynamic=True``, or after its
+        value changed once (automatic)."""
+        if self.mode is True:
+            return [0]
+        before = self._shapes.get(name)
+        self._shapes[name] = value
+        if self.mode is None:
+            automatic = self._automatic_dims().setdefault(name, set())
+            if not automatic and before is not None and before != value:
+                self._note(f"{name} is dynamic: it was {before}, now {value}")
+                automatic.add(_INT)
+                if self._remembered is not None:
+                    self._remembered.save(self._automatic)
+            return [0] if automatic else []
+        return []
+
     def _automatic_dims(self) -> dict[str, set[int]]:
         if self._automatic is None:
             stored = self._remembered.load() if self._remembered else {}
             for name, dims in sorted(stored.items()):
                 for d in sorted(dims):
+                    what = name if d == _INT else f"{name}.size({d})"
                     self._note(
-                        f"{name}.size({d}) is dynamic: it changed in an "
-                        "earlier run (remembered in the cache)"
+                        f"{what} is dynamic: it changed in an earlier run "
+                        "(remembered in the cache)"
                     )
             self._automatic = stored
         return self._automatic

@@ -21,12 +21,12 @@ class SizeNodes:
     """Emits (once each) the nodes computing size expressions in ``graph``.
 
     ``sources`` maps each symbol to the node of a tensor and the dim whose size
-    it is.
+    it is, or to an integer input's node and None.
     """
 
     def __init__(self, graph: torch.fx.Graph) -> None:
         self.graph = graph
-        self.sources: dict[sympy.Symbol, tuple[torch.fx.Node, int]] = {}
+        self.sources: dict[sympy.Symbol, tuple[torch.fx.Node, int | None]] = {}
         self._memo: dict[sympy.Basic, torch.fx.Node] = {}
 
     def node(self, expr: sympy.Basic) -> torch.fx.Node | int | float:
@@ -48,8 +48,8 @@ class SizeNodes:
 
 
 def _symbol(nodes: SizeNodes, expr: sympy.Symbol) -> torch.fx.Node:
-    tensor, dim = nodes.sources[expr]
-    return nodes.call(sym_size, tensor, dim)
+    source, dim = nodes.sources[expr]
+    return source if dim is None else nodes.call(sym_size, source, dim)
 
 
 def _fold(op: Callable) -> Callable[[SizeNodes, sympy.Basic], torch.fx.Node]:

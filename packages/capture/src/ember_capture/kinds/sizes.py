@@ -50,7 +50,7 @@ def _rebuild(out: Emitter, v: SymIntValue) -> str:
     output = out.output
     python = output.shapes.to_python(output.shapes.expr_of(v.value))
     names = {
-        name: f"{out.read(source)}.size({d})"
+        name: out.read(source) if d is None else f"{out.read(source)}.size({d})"
         for name, (source, d) in output.size_sources.items()
     }
     return f"({with_sizes(python, names)})"
