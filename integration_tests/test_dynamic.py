@@ -265,3 +265,63 @@ def test_an_integer_argument_that_changes_becomes_a_symbol():
         "sizes: no longer (L['n'] >= 2) and (L['n'] <= 10)"
     )
     assert _compiles(compiled) == 3
+
+
+def _same_as_eager(fn, shapes, backend="ember"):
+    compiled = ember.compile(fn, backend=backend, dynamic=True)
+    for shape in shapes:
+        x = torch.randn(*shape)
+        got, want = compiled(x), fn(x)
+        pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
+        for a, b in pairs:
+            assert type(a) is type(b)
+            if isinstance(b, torch.Tensor):
+                torch.testing.assert_close(a, b)
+            else:
+                assert a == b
+
+
+@pytest.mark.parametrize("backend", ["ember", "aot_eager"])
+def test_cases_found_in_review(backend):
+    def half_view(x):  # an output that views the input by a symbolic size
+        return x[:, : x.size(1) // 2]
+
+    def flat_view(x):
+        return x.view(x.size(0) * x.size(1))
+
+    def written_view(x):  # functionalization replays a symbolic view
+        y = x.clone()
+        v = y[:, : y.size(1) // 2]
+        y.add_(1)
+        return v * 1
+
+    def squeezed(x):  # a size that is 1 only at some sizes
+        y = x[1:].squeeze(0)
+        return y * 2 if y.dim() == 2 else y * 3
+
+    def fraction(x):  # a float relation rounds as Python does
+        return x * 2 if x.size(1) / 5 > 3 / 5 else x * 3
+
+    def shape_of(x):
+        assert isinstance(x.shape, torch.Size)
+        return x * x.shape.numel(), x.shape
+
+    for fn, shapes in [
+        (half_view, [(3, 8), (3, 12), (5, 6)]),
+        (flat_view, [(3, 8), (4, 5)]),
+        (written_view, [(3, 8), (4, 6)]),
+        (squeezed, [(5, 3), (2, 3)]),
+        (fraction, [(2, 8), (2, 3)]),
+        (shape_of, [(2, 8), (3, 5)]),
+    ]:
+        _same_as_eager(fn, shapes, backend)
+
+
+def test_a_source_read_again_with_another_rank():
+    def fn(x):
+        return x * 2
+
+    compiled = ember.compile(fn)
+    for shape in [(4, 8), (4, 12), (5,), (6,)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(compiled(x), fn(x))

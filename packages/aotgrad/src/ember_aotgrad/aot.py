@@ -46,7 +46,8 @@ def aot_compile(
     input listed with ``()`` is a symbol itself): the graphs
     the compilers receive then compute those sizes from their inputs, and
     ``CompiledAot.dynamic`` lists the relations between sizes the caller must
-    check (None when an op made the trace specialize; docs/dynamic.md).
+    check. When an op made the trace specialize, ``CompiledAot.specialized``
+    says why and the relations pin each size to its example (docs/dynamic.md).
     Raises AotGradError, naming the op and the user's line, for a graph that
     cannot be traced.
     """

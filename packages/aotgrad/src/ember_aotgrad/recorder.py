@@ -134,6 +134,10 @@ class AtenRecorder(TorchDispatchMode):
         vargs, vkwargs = pytree.tree_map_only(
             torch.fx.Node, lambda n: n.meta["val"], (args, kwargs)
         )
+        if self.env is not None:  # sizes replayed from a view: computed in the graph
+            args, kwargs = pytree.tree_map_only(
+                (torch.SymInt, torch.SymFloat), self.node_of, (args, kwargs)
+            )
         node = self._new_node(op, args, kwargs)
         if self.env is not None and has_symbols((vargs, vkwargs)):
             value = run_symbolic(self.env, op, vargs, vkwargs)

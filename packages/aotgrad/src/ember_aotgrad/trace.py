@@ -29,7 +29,7 @@ from .recorder import (
     LocatingInterpreter,
     NeedsRealTensors,
 )
-from .symbolic import NoShapeRule, ShapeEnv, predicate
+from .symbolic import NoShapeRule, ShapeEnv, has_symbols, predicate
 from .symbolic.propagate import symbolic_tensor
 
 log = logging.getLogger("ember.aotgrad")
@@ -157,8 +157,27 @@ def trace(
         with torch.random.fork_rng(devices=[]):
             traced = _trace(*args, False)
     if specialized is not None:
-        traced = dataclasses.replace(traced, specialized=specialized)
+        pinned = _pinned(example_inputs, dynamic_dims)
+        traced = dataclasses.replace(traced, specialized=specialized, dynamic=pinned)
     return traced
+
+
+def _pinned(example_inputs, dynamic_dims) -> Dynamic:
+    """Guards that hold only at the example sizes, for a trace that was asked
+    for symbolic sizes and specialized: a caller that runs it at other sizes
+    without checking its own guards gets the eager graph, never a wrong one."""
+    env = ShapeEnv()
+    symbols, guards = {}, []
+    for i, dims in sorted(dynamic_dims.items()):
+        value = example_inputs[i]
+        for d in dims if isinstance(value, torch.Tensor) else [None]:
+            size = value if d is None else value.shape[d]
+            if size < 2:
+                continue
+            name = f"s{len(symbols)}"
+            symbols[name] = (i, d)
+            guards.append(sympy.Eq(env.symbol(name, size), size))
+    return Dynamic(symbols, tuple(guards))
 
 
 def trace_device(example_inputs: Sequence[object]) -> torch.device:
@@ -249,6 +268,9 @@ def _trace_values(gm, rec, values, joint, standalone):
             continue
         ref = rec.ref_of(out)
         if ref.storage.input_index is not None and not standalone:
+            if rec.env is not None and has_symbols([s.args for s in ref.chain]):
+                # replayed on the real input, the view would keep the example sizes
+                raise NoShapeRule("an output that views an input by symbolic sizes")
             specs.append(InputAlias(ref.storage.input_index, ref.chain))
             continue
         node = rec.current(ref)

@@ -151,6 +151,11 @@ class TupleValue(Value):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class SizeValue(TupleValue):
+    """A ``torch.Size`` with a symbolic size among its items (``x.shape``)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class ListValue(Value):
     items: list[Value] = field(default_factory=list)
     source: Source | None = None

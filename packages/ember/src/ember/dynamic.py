@@ -108,6 +108,8 @@ class DynamicPolicy:
                     if self._remembered is not None:
                         self._remembered.save(self._automatic)
             dims |= automatic
+        # (a source read before with another rank may name dims it has not)
+        dims = {d for d in dims if 0 <= d < t.dim()}
         return sorted(dims - set(getattr(t, _STATIC_ATTR, ())))
 
     def _int_dims(self, name: str, value: int) -> list[int]:

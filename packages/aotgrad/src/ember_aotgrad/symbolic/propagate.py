@@ -54,20 +54,20 @@ def run_symbolic(env: ShapeEnv, func, args: tuple, kwargs: dict) -> object:
     example = func(*cargs, **ckwargs)
     try:
         layouts = rule_for(func)(env, *args, **kwargs)
+        if isinstance(example, torch.Tensor):
+            return _build(env, func, layouts, example)
+        if isinstance(layouts, Layout):
+            layouts = [layouts]
+        outs = []
+        for k, item in enumerate(example):
+            if isinstance(item, torch.Tensor):
+                outs.append(_build(env, func, layouts[k], item))
+            else:
+                outs.append(item)
     except NoShapeRule:
         raise
     except Exception as e:  # a rule that does not cover these arguments
         raise NoShapeRule(f"the shape rule of {func} failed: {e}") from e
-    if isinstance(example, torch.Tensor):
-        return _build(env, func, layouts, example)
-    if isinstance(layouts, Layout):
-        layouts = [layouts]
-    outs = []
-    for k, item in enumerate(example):
-        if isinstance(item, torch.Tensor):
-            outs.append(_build(env, func, layouts[k], item))
-        else:
-            outs.append(item)
     return type(example)(outs) if isinstance(example, tuple) else outs
 
 
@@ -75,6 +75,8 @@ def _build(env: ShapeEnv, func, layout: Layout | Sequence, example: torch.Tensor
     if not isinstance(layout, Layout):
         (layout,) = layout
     sizes = layout.sizes
+    if len(sizes) != example.dim():
+        raise NoShapeRule(f"the shape rule of {func} gives {len(sizes)} dims")
     st = layout.strides or dense_strides(sizes, example)
     got = [env.evaluate(sympy.sympify(e)) for e in (*sizes, *st)]
     want = [*example.shape, *example.stride()]

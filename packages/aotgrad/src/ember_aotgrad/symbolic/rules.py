@@ -198,7 +198,6 @@ def _reduced(x: torch.Tensor, dims, keepdim: bool) -> Shape:
     aten.argmax.default,
     aten.argmin.default,
     aten.logsumexp.default,
-    aten.norm.ScalarOpt_dim,
 )
 def _reduction(env, x, dims=None, keepdim=False, *args, **kwargs) -> Layout:
     if isinstance(dims, bool):  # prod.dim_int(x, dim, keepdim) has an int dim

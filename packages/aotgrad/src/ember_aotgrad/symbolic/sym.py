@@ -217,7 +217,12 @@ class SymNode:
     # -- the value, with a guard ------------------------------------------------------
 
     def _guard(self) -> object:
-        if self.pytype is bool:
+        if _has_fractions(self.expr):
+            # Float arithmetic: sympy's form of it need not round as the user's
+            # Python did, so the sizes it reads are pinned instead.
+            for sym in sorted(self.expr.free_symbols, key=str):
+                self.env.assume(sympy.Eq(sym, self.env.hints[sym]), True)
+        elif self.pytype is bool:
             self.env.assume(self.expr, bool(self.hint))
         elif not self.expr.is_Number:
             self.env.assume(sympy.Eq(self.expr, self.hint), True)
@@ -295,6 +300,16 @@ class SymNode:
 
     def sym_ite(self, then: SymNode, other: SymNode) -> SymNode:
         return then if self.guard_bool() else other
+
+
+def _has_fractions(expr: sympy.Basic) -> bool:
+    """Whether ``expr`` computes in floats (a float, or a fraction outside a
+    floor or ceiling)."""
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        return False
+    if isinstance(expr, sympy.Number):
+        return not expr.is_Integer
+    return any(_has_fractions(a) for a in expr.args)
 
 
 def _dense(sizes: list, strides: list, order: Iterable[int]) -> bool:

@@ -149,7 +149,11 @@ def _squeeze(env, x, dims=None) -> Layout:
     elif isinstance(dims, int):
         dims = [dims]
     drop = {_dim(d, len(sizes)) for d in dims} if sizes else set()
-    keep = [k for k in range(len(sizes)) if not (k in drop and sizes[k] == 1)]
+    keep = [
+        k
+        for k in range(len(sizes))
+        if k not in drop or not env.decide(sympy.Eq(sizes[k], 1))
+    ]
     return Layout(tuple(sizes[k] for k in keep), tuple(st[k] for k in keep))
 
 

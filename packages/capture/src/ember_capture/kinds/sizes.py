@@ -3,14 +3,24 @@ Python that needs the number gets it guarded (``int(s0)`` specializes)."""
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING
 
 import torch
 
-from ..behaviour import constant, describe_value, key, python_type, rebuild, truth
+from ..behaviour import (
+    call_method,
+    constant,
+    describe_value,
+    fold,
+    key,
+    python_type,
+    rebuild,
+    truth,
+)
 from ..builtin_calls import handles
 from ..guards import with_sizes
-from ..variables import ConstValue, SliceValue, SymIntValue, Value
+from ..variables import ConstValue, SizeValue, SliceValue, SymIntValue, Value
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -46,7 +56,10 @@ def _key(tx: Interpreter, v: SymIntValue) -> object:
 
 @rebuild.register(SymIntValue)
 def _rebuild(out: Emitter, v: SymIntValue) -> str:
-    """Python computing the size from the inputs' sizes (no guard needed)."""
+    """Python computing the size from the inputs' sizes (no guard needed); a
+    float is specialized (sympy's form of it need not round as Python does)."""
+    if not isinstance(v.value, torch.SymInt):
+        return repr(_number(v))
     output = out.output
     python = output.shapes.to_python(output.shapes.expr_of(v.value))
     names = {
@@ -90,3 +103,30 @@ def _slice_rebuild(out: Emitter, v: SliceValue) -> str:
 @describe_value.register(SliceValue)
 def _slice_describe(v: SliceValue) -> str:
     return "slice"
+
+
+@python_type.register(SizeValue)
+def _size_type(v: SizeValue) -> type:
+    return torch.Size
+
+
+@constant.register(SizeValue)
+def _size_constant(tx: Interpreter, v: SizeValue) -> torch.Size:
+    return torch.Size([constant(tx, i) for i in v.items])
+
+
+@call_method.register(SizeValue)
+def _size_method(tx: Interpreter, v: SizeValue, name: str, args, kwargs) -> Value:
+    """``numel()`` stays symbolic; other methods read the sizes (guarded)."""
+    if name == "numel" and not args and not kwargs:
+        total: Value = ConstValue(1)
+        for item in v.items:
+            total = tx.output.call_size_op(operator.mul, [total, item])
+        return total
+    return fold(tx, getattr(constant(tx, v), name), args, kwargs)
+
+
+@rebuild.register(SizeValue)
+def _size_rebuild(out: Emitter, v: SizeValue) -> str:
+    items = ", ".join(out.expr(i) for i in v.items)
+    return f"{out.constant(torch.Size)}([{items}])"

@@ -36,9 +36,9 @@ from ..variables import (
     ConstValue,
     MethodValue,
     ObjectKey,
+    SizeValue,
     SymIntValue,
     TensorValue,
-    TupleValue,
     Value,
 )
 
@@ -115,9 +115,7 @@ def metadata(tx: Interpreter, t: TensorValue, name: str, value: object) -> Value
     if not has_symbolic_sizes(t):
         return ConstValue(value)
     if name in ("shape", "size"):
-        return TupleValue(
-            tuple(tx.output.size_value(t, d) for d in range(t.meta.dim()))
-        )
+        return SizeValue(tuple(tx.output.size_value(t, d) for d in range(t.meta.dim())))
     if name in ("numel", "nelement"):
         return SymIntValue(tx.output.graph.call_method(name, (t.node,)), value)
     return ConstValue(specialized(value))
