@@ -4,37 +4,11 @@ from its inputs, with the relations it assumed listed as guards."""
 import pytest
 import sympy
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from aot_helpers import graph_of, module_fn
+from test_joint import Block  # its mask is built from the sequence length
 
 from ember_aotgrad import aot_compile, trace_to_aten
 from ember_aotgrad.symbolic import ShapeEnv
-
-
-class Block(nn.Module):
-    """Pre-norm causal attention (a mask built from the sequence length) and a
-    GELU MLP."""
-
-    def __init__(self, dim=16, heads=2):
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
-        q, k, v = (
-            a.view(b, t, self.heads, d // self.heads).transpose(1, 2) for a in (q, k, v)
-        )
-        scores = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = scores.masked_fill(~mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
 class Counting:

@@ -381,12 +381,7 @@ class MetaResultsCache:
 
     @staticmethod
     def _key(fn: types.FunctionType) -> str:
-        code = fn.__code__
-        return cache_key(
-            kind="meta-results",
-            function=f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}",
-            environment=environment_text(),
-        )
+        return _function_key(fn, "meta-results", environment=environment_text())
 
 
 class DynamicDimsCache:
@@ -421,8 +416,11 @@ class DynamicDimsCache:
 
     @staticmethod
     def _key(fn: types.FunctionType) -> str:
-        code = fn.__code__
-        return cache_key(
-            kind="dynamic-dims",
-            function=f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}",
-        )
+        return _function_key(fn, "dynamic-dims")
+
+
+def _function_key(fn: types.FunctionType, kind: str, **parts: str) -> str:
+    """A key for what is kept per function: its place in the user's code."""
+    code = fn.__code__
+    where = f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"
+    return cache_key(kind=kind, function=where, **parts)

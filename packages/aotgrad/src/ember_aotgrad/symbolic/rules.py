@@ -535,8 +535,12 @@ def _loss_backward(env, grad, x, *args, **kwargs) -> Layout:
 
 @shape_rule(aten.convolution_backward.default)
 def _convolution_backward(env, grad, x, w, bias_sizes, *args) -> list[Layout | None]:
-    mask = args[-1]
     outs = [Layout(shape(x)), Layout(shape(w)), Layout((shape(w)[0],))]
+    return _wanted(outs, args[-1])
+
+
+def _wanted(outs: list[Layout], mask: Sequence[bool]) -> list[Layout | None]:
+    """A backward's gradients, None where its output mask asks for none."""
     return [out if wanted else None for out, wanted in zip(outs, mask)]
 
 
@@ -548,10 +552,8 @@ def _group_norm(env, x, w, b, n, c, hw, groups, eps) -> list[Layout]:
 
 @shape_rule(aten.native_group_norm_backward.default)
 def _group_norm_backward(env, grad, x, mean, rstd, w, *args) -> list[Layout | None]:
-    mask = args[-1]
     channels = Layout((shape(x)[1],))
-    outs = [Layout(shape(x)), channels, channels]
-    return [out if wanted else None for out, wanted in zip(outs, mask)]
+    return _wanted([Layout(shape(x)), channels, channels], args[-1])
 
 
 @shape_rule(
