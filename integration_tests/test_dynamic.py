@@ -224,7 +224,8 @@ def fn(x):
 compiled = ember.compile(fn)
 for n in map(int, sys.argv[1:]):
     torch.testing.assert_close(compiled(torch.ones(n, 3)), fn(torch.ones(n, 3)))
-print(compiled.dispatcher.counters.compiles, compiled.log.dynamic_reasons)
+print(compiled.dispatcher.counters.compiles, compiled.log.cache_results,
+      compiled.log.dynamic_reasons)
 """
 
 
@@ -244,9 +245,11 @@ def test_a_new_process_remembers_which_dims_are_dynamic(tmp_path):
         return out.stdout.strip()
 
     first = run(4, 5, 6)
-    assert first.startswith("2 ") and "L['x'].size(0) is dynamic: it was 4" in first
-    second = run(7, 8)  # symbolic from its first call
-    assert second.startswith("1 ") and "earlier run" in second
+    assert first.startswith("2 ['miss', 'miss']")
+    assert "L['x'].size(0) is dynamic: it was 4" in first
+    # symbolic from its first call, and the stored entry serves sizes it never saw
+    second = run(7, 8)
+    assert second.startswith("1 ['hit']") and "earlier run" in second
 
 
 def test_an_integer_argument_that_changes_becomes_a_symbol():

@@ -29,7 +29,8 @@ _EXPORTS = {
     "SaveCompiled": "serialize",
     "load_compiled_aot": "serialize",
     "save_compiled_aot": "serialize",
-    "GraphLayout": "trace",
+    "Dynamic": "layout",
+    "GraphLayout": "layout",
     "trace_to_aten": "trace",
 }
 

@@ -12,8 +12,7 @@ import torch.fx
 
 from . import autocast
 from .errors import AotGradError
-from .partition import Partition
-from .trace import (
+from .layout import (
     ConstantOutput,
     Dynamic,
     GraphLayout,
@@ -21,6 +20,7 @@ from .trace import (
     InputAlias,
     OutputSpec,
 )
+from .partition import Partition
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -65,12 +65,19 @@ class BackwardPlan:
 
 
 def _zeros_like_traced(value: object, device: torch.device) -> object:
+    """A zero tensor like a traced value, at its example sizes (a traced size
+    is that size's example value)."""
+    from .symbolic import hint_of  # sympy: only stored graphs pay for it
+
     if not isinstance(value, torch.Tensor):
-        return value
+        return hint_of(value)
     if value.device.type != "meta":
         device = value.device
     t = torch.empty_strided(
-        value.shape, value.stride(), dtype=value.dtype, device=device
+        [hint_of(s) for s in value.shape],
+        [hint_of(s) for s in value.stride()],
+        dtype=value.dtype,
+        device=device,
     )
     return t.zero_()
 

@@ -18,8 +18,15 @@ import torch.fx
 
 from .errors import AotGradError
 from .functionalize import ViewStep
+from .layout import (
+    ConstantOutput,
+    Dynamic,
+    GraphLayout,
+    GraphOutput,
+    InputAlias,
+    OutputSpec,
+)
 from .runtime_wrapper import BackwardPlan, CompiledAot
-from .trace import ConstantOutput, GraphLayout, GraphOutput, InputAlias, OutputSpec
 
 SaveCompiled = Callable[[Callable], bytes]  # a compiled graph -> bytes
 LoadCompiled = Callable[[bytes], Callable]  # bytes -> the compiled graph again
@@ -38,7 +45,12 @@ def save_compiled_aot(compiled: CompiledAot, save: SaveCompiled) -> bytes:
     ``BackwardPlan.compile_now``). Raises AotGradError when the layout holds a
     value this format cannot write (a non-tensor output of an unknown type).
     """
-    header: dict = {"layout": _layout_to_json(compiled.layout), "backward": None}
+    header: dict = {
+        "layout": _layout_to_json(compiled.layout),
+        "backward": None,
+        "dynamic": _dynamic_to_json(compiled.dynamic),
+        "specialized": compiled.specialized,
+    }
     blobs = [save(compiled.forward)]
     plan = compiled.backward_plan
     if plan is not None:
@@ -91,7 +103,36 @@ def load_compiled_aot(
             compiled=load(blobs[1]),
         )
     layout = _layout_from_json(header["layout"])
-    return CompiledAot(layout, load(blobs[0]), eager, plan)
+    return CompiledAot(
+        layout,
+        load(blobs[0]),
+        eager,
+        plan,
+        dynamic=_dynamic_from_json(header.get("dynamic")),
+        specialized=header.get("specialized"),
+    )
+
+
+def _dynamic_to_json(dynamic: Dynamic | None) -> dict | None:
+    if dynamic is None:
+        return None
+    import sympy  # only graphs with symbolic sizes pay for it
+
+    return {
+        "symbols": {name: list(where) for name, where in dynamic.symbols.items()},
+        "guards": [sympy.srepr(g) for g in dynamic.guards],
+    }
+
+
+def _dynamic_from_json(data: dict | None) -> Dynamic | None:
+    """The guards are sympy's own printed form, read back by sympy (which
+    evaluates it: entries are read only from a trusted cache, docs/security.md)."""
+    if data is None:
+        return None
+    import sympy  # only graphs with symbolic sizes pay for it
+
+    symbols = {name: (i, d) for name, (i, d) in data["symbols"].items()}
+    return Dynamic(symbols, tuple(sympy.sympify(g) for g in data["guards"]))
 
 
 def _layout_to_json(layout: GraphLayout) -> dict:

@@ -9,9 +9,8 @@ and, for a joint trace, which outputs get tangents and which inputs get gradient
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import sympy
@@ -22,89 +21,25 @@ from torch.utils import _pytree as pytree
 from . import autocast
 from .decompositions import default_decompositions
 from .errors import AotGradError
-from .functionalize import MUTATION_RULES, ViewStep
+from .functionalize import MUTATION_RULES
+from .layout import (
+    ConstantOutput,
+    Dynamic,
+    GraphLayout,
+    GraphOutput,
+    InputAlias,
+    OutputSpec,
+)
 from .recorder import (
     AtenRecorder,
     Decompositions,
     LocatingInterpreter,
     NeedsRealTensors,
 )
-from .symbolic import NoShapeRule, ShapeEnv, has_symbols, predicate
+from .symbolic import NoShapeRule, ShapeEnv, has_symbols
 from .symbolic.propagate import symbolic_tensor
 
 log = logging.getLogger("ember.aotgrad")
-
-
-@dataclass(frozen=True, slots=True)
-class GraphOutput:
-    """A user output that is graph output ``index``."""
-
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class InputAlias:
-    """A user output that is a view of input ``input_index`` (replayed at run time)."""
-
-    input_index: int
-    chain: tuple[ViewStep, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ConstantOutput:
-    """A user output that is not a tensor; returned as traced."""
-
-    value: object
-
-
-OutputSpec = GraphOutput | InputAlias | ConstantOutput
-
-
-@dataclass(frozen=True)
-class GraphLayout:
-    """How a traced graph's outputs map back to the user's, without the graph
-    itself (so a cache can store it next to the compiled code).
-
-    Graph outputs are, in order: ``num_user_outputs`` user outputs, the new values
-    of ``mutated_inputs``, and (joint traces) one gradient per input in
-    ``grad_inputs``. Joint graphs take the flat inputs then one tangent per graph
-    output listed in ``tangent_outputs``.
-    """
-
-    outputs: tuple[OutputSpec, ...]
-    num_user_outputs: int
-    mutated_inputs: tuple[int, ...]
-    tangent_outputs: tuple[int, ...] = ()
-    grad_inputs: tuple[int, ...] = ()
-    output_requires_grad: tuple[bool, ...] = ()
-
-    @property
-    def num_forward_outputs(self) -> int:
-        return self.num_user_outputs + len(self.mutated_inputs)
-
-
-@dataclass(frozen=True, eq=False)
-class Dynamic:
-    """What a trace with symbolic sizes assumed: each symbol's (input, dim),
-    and the relations between sizes (sympy) that must hold for the graph to
-    be right; a caller checks them before running the graph on new sizes."""
-
-    symbols: dict[str, tuple[int, int | None]]  # dim None: an integer input
-    guards: tuple[sympy.Basic, ...]
-
-    def holds(self, inputs: Sequence[object]) -> bool:
-        """Whether ``inputs`` satisfy the guards (sizes 0 and 1 stay fixed)."""
-        sizes = [
-            inputs[i] if d is None else inputs[i].shape[d]
-            for i, d in self.symbols.values()
-        ]
-        if min(sizes, default=2) < 2:
-            return False
-        return not self.guards or self._check(*sizes)
-
-    @functools.cached_property
-    def _check(self) -> Callable[..., bool]:
-        return predicate(self.guards, list(self.symbols))
 
 
 @dataclass(frozen=True)
@@ -239,7 +174,7 @@ def _symbolic_input(rec, value, node, index, dims, symbols) -> torch.Tensor:
         symbols[name] = (index, d)
     traced = symbolic_tensor(rec.env, value, names)
     for d, name in names.items():
-        rec.sizes.sources[sympy.Symbol(name, integer=True, positive=True)] = (node, d)
+        rec.sizes.sources[rec.env.by_name[name]] = (node, d)
     return traced
 
 

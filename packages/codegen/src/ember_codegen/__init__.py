@@ -20,6 +20,7 @@ _EXPORTS = {
     "load_library": "build",
     "TARGETS": "compile",
     "compile_graph": "compile",
+    "load_per_size_graph": "compile",
     "CompiledGraph": "compiled",
     "emit_source": "cpp",
     "KernelInfo": "cpp_wrapper",
@@ -34,6 +35,7 @@ _EXPORTS = {
     "ProfileReport": "profile",
     "profiling": "profile",
     "schedule": "scheduler",
+    "PerSizeGraph": "specialize",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -7,7 +7,7 @@ emitters; "torch" writes a wrapper calling each aten op through torch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -70,17 +70,9 @@ def compile_graph(
         )
     if has_symbolic_sizes(gm):
         # Kernels take sizes as constants: one compile per set of sizes.
-        def compile_one(specialized: torch.fx.GraphModule, inputs: list):
-            return compile_graph(
-                specialized,
-                inputs,
-                target,
-                cache_dir=cache_dir,
-                signer=signer,
-                check_inputs=check_inputs,
-            )
-
-        return PerSizeGraph(gm, example_inputs, compile_one)
+        settings = {"target": target, "check_inputs": check_inputs}
+        compile_one = per_size_compiler(settings, cache_dir, signer)
+        return PerSizeGraph(gm, example_inputs, compile_one, settings)
     title = f"{type(gm).__name__}, {sum(1 for _ in gm.graph.nodes)} nodes"
     wrapper = emit_wrapper(gm, title)
     constants = {name: getattr(gm, name) for name in wrapper.constant_names}
@@ -120,6 +112,40 @@ def compile_graph(
         cache_dir,
         locations,
         signer,
+    )
+
+
+def per_size_compiler(
+    settings: dict, cache_dir: Path | None, signer: Signer | None
+) -> Callable[[torch.fx.GraphModule, list], CompiledGraph]:
+    """How a PerSizeGraph compiles a new set of sizes (``settings``: target and
+    check_inputs, as ``compile_graph`` was given them)."""
+
+    def compile_one(specialized: torch.fx.GraphModule, inputs: list) -> CompiledGraph:
+        return compile_graph(
+            specialized,
+            inputs,
+            settings["target"],
+            cache_dir=cache_dir,
+            signer=signer,
+            check_inputs=settings["check_inputs"],
+        )
+
+    return compile_one
+
+
+def load_per_size_graph(
+    data: bytes,
+    cache_dir: Path | None = None,
+    signer: Signer | None = None,
+    locations: Mapping[str, str] | None = None,
+) -> PerSizeGraph:
+    """A PerSizeGraph from ``to_bytes()``: its stored compiles load as
+    ``CompiledGraph.from_bytes`` does, and new sizes compile as it did."""
+    return PerSizeGraph.from_bytes(
+        data,
+        lambda settings: per_size_compiler(settings, cache_dir, signer),
+        lambda blob: CompiledGraph.from_bytes(blob, cache_dir, locations, signer),
     )
 
 

@@ -8,14 +8,21 @@ values of its symbolic sizes it is called with.
 
 from __future__ import annotations
 
+import io
+import logging
 import operator
+import pickle
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from .errors import CodegenError
+
+log = logging.getLogger("ember.codegen")
 sym_size = torch.ops.aten.sym_size.int
+_FORMAT = 1
 
 # Integer arithmetic on sizes, folded once the sizes are known.
 SIZE_OPS = frozenset(
@@ -110,22 +117,68 @@ def _input_index(gm: torch.fx.GraphModule, node: torch.fx.Node) -> int:
 class PerSizeGraph:
     """``compile_one(specialized_gm, inputs)`` per set of symbolic sizes (and
     integer inputs), behind one callable; the latest compile answers
-    ``source`` and the rest for inspection."""
+    ``source`` and the rest for inspection. ``settings`` (plain data) is how
+    ``compile_one`` compiles: kept by ``to_bytes`` so that a loaded one
+    compiles new sizes the same way."""
 
     def __init__(
         self,
         gm: torch.fx.GraphModule,
         example_inputs: Sequence[object],
         compile_one: Callable[[torch.fx.GraphModule, list], Callable],
+        settings: dict | None = None,
     ) -> None:
         self.gm = gm
         self.compile_one = compile_one
+        self.settings = settings or {}
         self.compiled: dict[tuple, Callable] = {}
         # What a compile depends on: the symbolic sizes (input, dim), and the
         # integer inputs. The rest of a layout is fixed by the caller's guards
         # (ember's), or follows from those sizes (tensors a compiled graph made).
         self.sizes, self.ints = _symbolic_reads(gm)
-        self.latest = self._compile(list(example_inputs))
+        self.latest = self._compile(list(example_inputs)) if example_inputs else None
+
+    def to_bytes(self) -> bytes:
+        """The symbolic graph and each compile so far; ``from_bytes`` reads it."""
+        compiled = [
+            [list(key), c.to_bytes()]
+            for key, c in self.compiled.items()
+            if hasattr(c, "to_bytes")
+        ]
+        buffer = io.BytesIO()
+        torch.save(
+            {
+                "format": _FORMAT,
+                "graph": pickle.dumps(self.gm),
+                "sizes": [list(r) for r in self.sizes],
+                "ints": list(self.ints),
+                "settings": self.settings,
+                "compiled": compiled,
+            },
+            buffer,
+        )
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes,
+        compile_for: Callable[[dict], Callable[[torch.fx.GraphModule, list], Callable]],
+        load_one: Callable[[bytes], Callable],
+    ) -> PerSizeGraph:
+        """Rebuild from ``to_bytes()``: ``compile_for(settings)`` gives the
+        compile_one for new sizes, ``load_one`` rebuilds each stored compile.
+        The graph is unpickled: only load what the cache trusts (docs/security.md)."""
+        state = torch.load(io.BytesIO(data), weights_only=True)
+        if state.get("format") != _FORMAT:
+            raise ValueError(f"unsupported PerSizeGraph format {state.get('format')}")
+        new = cls(pickle.loads(state["graph"]), (), compile_for(state["settings"]))
+        new.settings = state["settings"]
+        new.sizes = [tuple(r) for r in state["sizes"]]
+        new.ints = list(state["ints"])
+        for key, blob in state["compiled"]:
+            new.compiled[tuple(key)] = new.latest = load_one(blob)
+        return new
 
     def __call__(self, *inputs: object) -> object:
         compiled = self.compiled.get(self._key(inputs))
@@ -139,7 +192,12 @@ class PerSizeGraph:
         return tuple(key)
 
     def _compile(self, inputs: list) -> Callable:
-        compiled = self.compile_one(specialize(self.gm, inputs), inputs)
+        specialized = specialize(self.gm, inputs)
+        try:
+            compiled = self.compile_one(specialized, inputs)
+        except CodegenError as e:  # after the first size: torch runs this one
+            log.warning("a graph runs through torch at these sizes: %s", e)
+            compiled = specialized
         self.compiled[self._key(inputs)] = self.latest = compiled
         return compiled
 
@@ -151,9 +209,12 @@ class PerSizeGraph:
 def _symbolic_reads(
     gm: torch.fx.GraphModule,
 ) -> tuple[list[tuple[int, int]], list[int]]:
-    """Each (input, dim) whose traced size is symbolic, and each integer input."""
+    """Each (input, dim) whose traced size is symbolic or that the graph reads
+    (``aten.sym_size.int``; a graph built by hand has no traced values), and
+    each integer input."""
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
     sizes, ints = [], []
-    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+    for i, node in enumerate(placeholders):
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             ints.append(i)
@@ -161,4 +222,8 @@ def _symbolic_reads(
             sizes += [
                 (i, d) for d, s in enumerate(val.shape) if isinstance(s, torch.SymInt)
             ]
+    for node in gm.graph.find_nodes(op="call_function", target=sym_size):
+        read = (placeholders.index(node.args[0]), node.args[1])
+        if node.args[0] in placeholders and read not in sizes:
+            sizes.append(read)
     return sizes, ints

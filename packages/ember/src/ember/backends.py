@@ -129,7 +129,7 @@ class _CachedAotBackend:
     A hit rebuilds the callable from the entry (no tracing, no compiling) and
     repeats the warnings compiling gave; a miss compiles and stores the result.
     A graph with symbolic sizes (capture's ``gm.meta["dynamic_dims"]``) is
-    traced with them and not stored (docs/dynamic.md).
+    traced with them, and its entry serves every size (docs/dynamic.md).
     """
 
     handles_symbolic_sizes = True
@@ -151,9 +151,6 @@ class _CachedAotBackend:
         self.cache = GraphCache(self.trust)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-        if gm.meta.get("dynamic_dims"):
-            self.log.cache_results.append("not cached: symbolic sizes")
-            return self._compile(gm, example_inputs)[0]
         try:
             with self.counters.timed("cache_key"):
                 key = graph_key(gm, example_inputs, self._options())
@@ -239,6 +236,10 @@ class _CachedAotBackend:
             kind, payload = data.split(b"\n", 1)
             if kind == b"fx":
                 return pickle.loads(payload)
+            if kind == b"per-size":
+                return ember_codegen.load_per_size_graph(
+                    payload, self.trust.folder("kernels"), self.trust, moved
+                )
             if kind != b"codegen":
                 raise ValueError(f"unknown compiled-graph kind {kind!r}")
             compiled = ember_codegen.CompiledGraph.from_bytes(
@@ -275,6 +276,8 @@ def _save_compiled(compiled: Callable) -> bytes:
     GraphModule (what "aot_eager" and codegen's fallback return)."""
     if isinstance(compiled, ember_codegen.CompiledGraph):
         return b"codegen\n" + compiled.to_bytes()
+    if isinstance(compiled, ember_codegen.PerSizeGraph):  # symbolic sizes
+        return b"per-size\n" + compiled.to_bytes()
     if isinstance(compiled, torch.fx.GraphModule):
         return b"fx\n" + pickle.dumps(compiled)
     raise TypeError(f"cannot store a compiled graph of type {type(compiled)}")

@@ -86,7 +86,7 @@ def graph_key(
     (every option that changes the compiled code, named). Raises Uncacheable."""
     return cache_key(
         graph=graph_hash(gm),
-        inputs=_inputs_text(example_inputs),
+        inputs=_inputs_text(example_inputs, gm.meta.get("dynamic_dims", {})),
         options="\n".join(f"{k}={options[k]}" for k in sorted(options)),
         environment=environment_text(),
         locations=location_pattern(gm),
@@ -167,19 +167,30 @@ def _constant_bytes(name: str, value: object) -> bytes:
     return meta.encode() + data.numpy().tobytes()
 
 
-def _inputs_text(example_inputs: Sequence[object]) -> str:
-    """The inputs' metadata and the global modes that change a trace."""
+def _inputs_text(
+    example_inputs: Sequence[object], dynamic_dims: Mapping[int, Sequence[int]]
+) -> str:
+    """The inputs' metadata and the global modes that change a trace. A
+    symbolic size (``dynamic_dims``) is written as ``s``, and its tensor's
+    strides by their order: the entry serves every size (docs/dynamic.md)."""
     devices = {"cpu"}
     lines = []
     for i, value in enumerate(example_inputs):
+        symbolic = dynamic_dims.get(i)
         if isinstance(value, torch.Tensor):
             if type(value) not in _INPUT_TYPES or value.layout != torch.strided:
                 raise Uncacheable(f"input {i} is a {type(value).__name__}")
             devices.add(value.device.type)
+            shape, stride = tuple(value.shape), value.stride()
+            if symbolic:
+                shape = tuple("s" if d in symbolic else n for d, n in enumerate(shape))
+                stride = sorted(range(value.dim()), key=lambda d: (stride[d], -d))
             lines.append(
                 f"{type(value).__name__} {value.dtype} {value.device} "
-                f"{tuple(value.shape)} {value.stride()} {value.requires_grad}"
+                f"{shape} {stride} {value.requires_grad}"
             )
+        elif symbolic is not None and type(value) is int:
+            lines.append("int s")
         elif value is None or type(value) in (bool, int, float):
             lines.append(f"{type(value).__name__} {value!r}")
         else:

@@ -27,6 +27,7 @@ class ShapeEnv:
 
     def __init__(self) -> None:
         self.hints: dict[sympy.Symbol, int] = {}
+        self.by_name: dict[str, sympy.Symbol] = {}
         self.guards: list[sympy.Basic] = []
         self._shifted: dict[sympy.Symbol, sympy.Expr] = {}
 
@@ -36,6 +37,7 @@ class ShapeEnv:
             raise ValueError(f"{name}: size {hint} is specialized, not a symbol")
         sym = sympy.Symbol(name, integer=True, positive=True)
         self.hints[sym] = hint
+        self.by_name[name] = sym
         # s = t + 2 with t >= 0 lets sympy decide what holds for all sizes >= 2
         offset = sympy.Symbol(f"{name}_", integer=True, nonnegative=True)
         self._shifted[sym] = offset + 2

@@ -1,0 +1,89 @@
+"""What a traced graph's outputs are to the user, and what a trace with
+symbolic sizes assumed: plain data a cache stores beside the compiled code
+(loading it imports neither the tracer nor sympy)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .functionalize import ViewStep
+
+if TYPE_CHECKING:
+    import sympy
+
+
+@dataclass(frozen=True, slots=True)
+class GraphOutput:
+    """A user output that is graph output ``index``."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class InputAlias:
+    """A user output that is a view of input ``input_index`` (replayed at run time)."""
+
+    input_index: int
+    chain: tuple[ViewStep, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantOutput:
+    """A user output that is not a tensor; returned as traced."""
+
+    value: object
+
+
+OutputSpec = GraphOutput | InputAlias | ConstantOutput
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    """How a traced graph's outputs map back to the user's, without the graph
+    itself (so a cache can store it next to the compiled code).
+
+    Graph outputs are, in order: ``num_user_outputs`` user outputs, the new values
+    of ``mutated_inputs``, and (joint traces) one gradient per input in
+    ``grad_inputs``. Joint graphs take the flat inputs then one tangent per graph
+    output listed in ``tangent_outputs``.
+    """
+
+    outputs: tuple[OutputSpec, ...]
+    num_user_outputs: int
+    mutated_inputs: tuple[int, ...]
+    tangent_outputs: tuple[int, ...] = ()
+    grad_inputs: tuple[int, ...] = ()
+    output_requires_grad: tuple[bool, ...] = ()
+
+    @property
+    def num_forward_outputs(self) -> int:
+        return self.num_user_outputs + len(self.mutated_inputs)
+
+
+@dataclass(frozen=True, eq=False)
+class Dynamic:
+    """What a trace with symbolic sizes assumed: each symbol's (input, dim),
+    and the relations between sizes (sympy) that must hold for the graph to
+    be right; a caller checks them before running the graph on new sizes."""
+
+    symbols: dict[str, tuple[int, int | None]]  # dim None: an integer input
+    guards: tuple[sympy.Basic, ...]
+
+    def holds(self, inputs: Sequence[object]) -> bool:
+        """Whether ``inputs`` satisfy the guards (sizes 0 and 1 stay fixed)."""
+        sizes = [
+            inputs[i] if d is None else inputs[i].shape[d]
+            for i, d in self.symbols.values()
+        ]
+        if min(sizes, default=2) < 2:
+            return False
+        return not self.guards or self._check(*sizes)
+
+    @functools.cached_property
+    def _check(self) -> Callable[..., bool]:
+        from .symbolic import predicate  # sympy: only for graphs with symbols
+
+        return predicate(self.guards, list(self.symbols))
