@@ -142,7 +142,8 @@ class CompiledAot:
     dynamic: Dynamic | None = None
     specialized: str | None = None  # why sizes asked to be symbolic were not
     # False when the caller's own guards check every tensor input's
-    # requires_grad (ember's do): the per-call re-check is then skipped.
+    # requires_grad and the relations in ``dynamic`` (ember's do): the
+    # per-call re-check is then skipped.
     check_inputs: bool = True
     # The inputs' data pointers at the last call found to share no memory.
     _unshared_at: tuple | None = field(default=None, repr=False, compare=False)
@@ -179,8 +180,13 @@ class CompiledAot:
         # The graphs give gradients only to the inputs that required grad when they
         # were traced, a graph that writes to an input assumed that no other
         # input shares its memory, and one with symbolic sizes assumed relations
-        # between them (its caller should have checked them: this is the backstop).
-        if self.dynamic is not None and not self.dynamic.holds(inputs):
+        # between them. A caller whose guards check all of that (ember's, which
+        # hold the relations too) sets check_inputs=False: none of it is redone.
+        if (
+            self.check_inputs
+            and self.dynamic is not None
+            and not self.dynamic.holds(inputs)
+        ):
             return True
         if self.check_inputs and torch.is_grad_enabled():
             plan = self.backward_plan

@@ -4,7 +4,7 @@
 symbolic after the first recompile its size caused; ``dynamic=True`` makes
 every dim of the inputs symbolic from the first call (parameters and buffers
 keep theirs); ``dynamic=False`` never. ``mark_dynamic`` and ``mark_static``
-say it per tensor, as torch._dynamo's functions of the same names do.
+say it per tensor, as torch.compile's functions of the same names do.
 """
 
 from __future__ import annotations
