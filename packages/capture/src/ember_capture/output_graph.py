@@ -85,6 +85,16 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # configuration, guarded by value.
 _UNSPECIALIZED_FLOAT_SOURCES = (LocalSource, ItemSource, EntrySource)
 
+
+def _argument_source(source: Source) -> bool:
+    """Whether ``source`` reads an argument of the frame: a local, or an item
+    or entry of one. An int read from an attribute (a module's
+    ``normalized_shape``) is configuration, so it stays a constant."""
+    while type(source) in (ItemSource, EntrySource):
+        source = source.base
+    return type(source) is LocalSource
+
+
 # Python values that are captured as constants and guarded by type and value.
 CONSTANT_TYPES = (
     type(None),
@@ -170,7 +180,7 @@ class OutputGraph:
             return self._tensor_input(value, source)
         if (
             type(value) is int
-            and type(source) in _UNSPECIALIZED_FLOAT_SOURCES
+            and _argument_source(source)
             and self.shapes is not None
             and value > 1
             and self.dynamic_dims(source, value)

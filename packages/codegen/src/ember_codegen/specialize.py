@@ -58,18 +58,20 @@ def has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
 def specialize(
     gm: torch.fx.GraphModule, inputs: Sequence[object]
 ) -> torch.fx.GraphModule:
-    """``gm`` with every size it computes replaced by its value for ``inputs``
-    (integer inputs included; their placeholders stay, unread). The nodes'
-    traced values, symbolic, are computed again on meta tensors."""
+    """``gm`` with every size it computes replaced by its value for ``inputs``,
+    integer inputs included: the result has no placeholders for them, so it
+    takes ``tensor_inputs(inputs)``. The nodes' traced values, symbolic, are
+    computed again on meta tensors."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, object] = {}
     placeholders = iter(inputs)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             value = next(placeholders)
-            env[node] = graph.node_copy(node, env.__getitem__)
             if isinstance(value, int):
                 env[node] = value
+            else:
+                env[node] = graph.node_copy(node, env.__getitem__)
             continue
         if node.op == "call_function" and node.target in SIZE_OPS:
             args = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args]
@@ -80,18 +82,31 @@ def specialize(
                 env[node] = node.target(*args)
             continue
         env[node] = graph.node_copy(node, lambda a: env[a])
-    _trace_values(graph, inputs)
+    _trace_values(graph, gm, tensor_inputs(inputs))
     out = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
     out.meta.update(gm.meta)
     return out
 
 
-def _trace_values(graph: torch.fx.Graph, inputs: Sequence[object]) -> None:
-    """``meta["val"]`` of each node: its value on meta tensors, as traced."""
+def tensor_inputs(inputs: Sequence[object]) -> list[object]:
+    """The inputs a specialized graph takes: all but the integers."""
+    return [v for v in inputs if not isinstance(v, int)]
+
+
+def _trace_values(
+    graph: torch.fx.Graph, root: torch.nn.Module, inputs: Sequence[object]
+) -> None:
+    """``meta["val"]`` of each node: its value on meta tensors, as traced.
+    (A graph loaded from the cache has no traced values, its constants none.)"""
     values = iter(inputs)
     for node in graph.nodes:
-        if node.op == "placeholder":
-            value = next(values)
+        if node.op in ("placeholder", "get_attr"):
+            if node.op == "placeholder":
+                value = next(values)
+            else:
+                value = root
+                for atom in node.target.split("."):
+                    value = getattr(value, atom)
             if isinstance(value, torch.Tensor):
                 value = torch.empty_strided(
                     value.shape, value.stride(), dtype=value.dtype, device="meta"
@@ -135,7 +150,7 @@ class PerSizeGraph:
         # What a compile depends on: the symbolic sizes (input, dim), and the
         # integer inputs. The rest of a layout is fixed by the caller's guards
         # (ember's), or follows from those sizes (tensors a compiled graph made).
-        self.sizes, self.ints = _symbolic_reads(gm)
+        self.sizes, self.ints = _symbolic_reads(gm, example_inputs)
         self.latest = self._compile(list(example_inputs)) if example_inputs else None
 
     def to_bytes(self) -> bytes:
@@ -184,7 +199,7 @@ class PerSizeGraph:
         compiled = self.compiled.get(self._key(inputs))
         if compiled is None:
             compiled = self._compile(list(inputs))
-        return compiled(*inputs)
+        return compiled(*tensor_inputs(inputs))
 
     def _key(self, inputs: Sequence[object]) -> tuple:
         key = [inputs[i].shape[d] for i, d in self.sizes]
@@ -194,7 +209,7 @@ class PerSizeGraph:
     def _compile(self, inputs: list) -> Callable:
         specialized = specialize(self.gm, inputs)
         try:
-            compiled = self.compile_one(specialized, inputs)
+            compiled = self.compile_one(specialized, tensor_inputs(inputs))
         except CodegenError as e:  # after the first size: torch runs this one
             log.warning("a graph runs through torch at these sizes: %s", e)
             compiled = specialized
@@ -207,16 +222,17 @@ class PerSizeGraph:
 
 
 def _symbolic_reads(
-    gm: torch.fx.GraphModule,
+    gm: torch.fx.GraphModule, example_inputs: Sequence[object]
 ) -> tuple[list[tuple[int, int]], list[int]]:
     """Each (input, dim) whose traced size is symbolic or that the graph reads
     (``aten.sym_size.int``; a graph built by hand has no traced values), and
-    each integer input."""
+    each integer input (traced as a size, or an integer example)."""
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    examples = list(example_inputs) or [None] * len(placeholders)
     sizes, ints = [], []
-    for i, node in enumerate(placeholders):
+    for i, (node, example) in enumerate(zip(placeholders, examples)):
         val = node.meta.get("val")
-        if isinstance(val, torch.SymInt):
+        if isinstance(val, torch.SymInt) or isinstance(example, int):
             ints.append(i)
         elif isinstance(val, torch.Tensor):
             sizes += [
