@@ -9,7 +9,14 @@ import torch
 from code_checker import check_code
 from conftest import CaptureCache, assert_tree_equal
 
-from ember_capture import CaptureError, capture
+from ember_capture import (
+    CaptureError,
+    call_in_graph,
+    called_in_graph,
+    capture,
+    never_capture,
+    never_captured,
+)
 
 COUNTER = 0
 
@@ -465,3 +472,43 @@ def test_requires_grad_inside_breaks_so_the_tensor_becomes_a_leaf():
     assert w.requires_grad and w.is_leaf and total.requires_grad
     reasons = [str(e) for c in runtime.caches.values() for e in c.refused]
     assert not reasons and runtime.breaks == 1
+
+
+@never_capture
+def _runs_as_python(y):
+    return y * 3
+
+
+@call_in_graph
+def _one_call(y):
+    return (y.relu() * 2).sum(-1)
+
+
+def test_a_function_marked_never_capture_is_a_graph_break():
+    def fn(x):
+        return _runs_as_python(x + 1) - 1
+
+    result = capture(fn, torch.randn(3))
+    assert "marked never to be captured (ember.disable)" in result.break_reason.reason
+    runtime = run_both(fn, lambda: (torch.randn(3),))
+    # a runtime that compiles what the resumed code calls gets a refusal
+    assert runtime.caches[_runs_as_python].captures == 0
+    with pytest.raises(CaptureError, match="is marked never to be captured"):
+        capture(_runs_as_python, torch.randn(3))
+    assert never_captured(_runs_as_python) and not never_captured(fn)
+
+
+def test_a_function_marked_call_in_graph_is_one_node():
+    def fn(x):
+        return _one_call(x * 2) + 1
+
+    result = capture(fn, torch.randn(2, 3))
+    gm = result.graphs[0].gm
+    calls = [n for n in gm.graph.nodes if n.target is _one_call]
+    assert len(calls) == 1 and result.break_reason is None
+    assert "relu" not in gm.code  # its body is not traced
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(gm(x)[0], fn(x))
+    assert called_in_graph(_one_call)
+    with pytest.raises(TypeError, match="takes a Python function"):
+        call_in_graph(torch.relu)

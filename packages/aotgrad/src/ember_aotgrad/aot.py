@@ -8,6 +8,7 @@ compiled halves as one autograd node (see docs/aotgrad.md).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -18,6 +19,8 @@ from .partition import Partitioner, min_cut_partition
 from .recorder import Decompositions
 from .runtime_wrapper import BackwardPlan, CompiledAot, Compiler
 from .trace import trace, trace_device
+
+log = logging.getLogger("ember.aotgrad")
 
 
 def needs_backward(example_inputs: Sequence[object]) -> bool:
@@ -56,6 +59,7 @@ def aot_compile(
     if not needs_backward(inputs):
         traced = trace(gm, inputs, table, dynamic_dims=dynamic_dims)
         _mark_input_updates(traced.gm, traced.layout)
+        log.info("forward graph (inference):\n%s", traced.gm.code)
         compiled = fw_compiler(traced.gm, inputs)
         return CompiledAot(
             traced.layout,
@@ -77,6 +81,8 @@ def aot_compile(
         trace_device(inputs),
     )
     _mark_input_updates(part.forward, layout)
+    log.info("forward graph:\n%s", part.forward.code)
+    log.info("backward graph:\n%s", part.backward.code)
     compiled = fw_compiler(part.forward, inputs)
     return CompiledAot(
         layout,

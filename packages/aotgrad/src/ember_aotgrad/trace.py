@@ -84,7 +84,7 @@ def trace(
             specialized = (
                 str(e) if isinstance(e, NoShapeRule) else (f"no meta kernel for {e}")
             )
-            log.debug("specializing to the example sizes: %s", specialized)
+            log.info("specializing to the example sizes: %s", specialized)
     try:
         traced = _trace(*args, True)
     except NeedsRealTensors as e:
@@ -254,7 +254,7 @@ def _trace_values(gm, rec, values, joint, standalone):
     for name, value in rec.constants.items():
         root.register_buffer(name, value)
     aten_gm = torch.fx.GraphModule(root, rec.graph, class_name="AtenGraph")
-    log.debug("aten graph:\n%s", aten_gm.code)
+    log.debug("traced aten graph:\n%s", aten_gm.code)
     layout = GraphLayout(
         tuple(specs),
         num_user,

@@ -119,7 +119,7 @@ class Emitter:
             self.cells[FLOAT_TENSOR_CELL] = _float_tensor
         inputs = ", ".join(self.read(s) for s in self.output.input_sources)
         self.body.append(f"{GRAPH_OUT} = {GRAPH_NAME}({inputs})")
-        log.debug("captured %s:\n%s", self.fn.__qualname__, gm.code)
+        log.info("captured %s:\n%s", self.fn.__qualname__, gm.code)
 
     def _returned(self, graph: torch.fx.Graph) -> list[torch.fx.Node]:
         """The output nodes; after a backward in the graph, those that require

@@ -21,6 +21,7 @@ from .bytecode_interp import Interpreter
 from .call_routing import unrouted
 from .emit import Emitter
 from .errors import CaptureError
+from .marks import never_captured
 from .output_graph import OutputGraph
 from .result import CaptureResult
 from .shapes import DynamicDims, SpecializeShapes, SymbolicShapes
@@ -85,6 +86,13 @@ def capture_frame(
             fn.__code__.co_filename,
             fn.__code__.co_firstlineno,
             "ember captures Python 3.11 bytecode; run on 3.11",
+        )
+    if never_captured(fn):
+        raise CaptureError(
+            f"{fn.__qualname__} is marked never to be captured",
+            fn.__code__.co_filename,
+            fn.__code__.co_firstlineno,
+            "it runs as Python",
         )
     if fn.__code__.co_flags & _NOT_A_PLAIN_CALL:
         raise CaptureError(

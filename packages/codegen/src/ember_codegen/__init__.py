@@ -17,6 +17,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "KeySigner": "build",
     "Signer": "build",
+    "build_seconds": "build",
     "load_library": "build",
     "TARGETS": "compile",
     "compile_graph": "compile",

@@ -27,6 +27,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -187,9 +188,15 @@ def load_library(
     if str(so_path) in _loaded:
         return _loaded[str(so_path)], so_path
     data = _verified(so_path, signer)
+    if data is not None:
+        log.info("kernels %s: loaded from the kernel cache", so_path)
     for compiled_now in (False, True):
         if compiled_now or data is None:
+            start = time.perf_counter()
             data = _compile(source, cache_dir, key, signer)
+            seconds = time.perf_counter() - start
+            _build_seconds[0] += seconds
+            log.info("kernels %s: compiled in %.2f s", so_path, seconds)
         try:
             lib = _load(data, key)
             break
@@ -218,6 +225,16 @@ _UNTRUSTED = (
     "its tag does not verify: it was not compiled with this cache's secret "
     "(by another user, or with another EMBER_CACHE_KEY)"
 )
+
+
+# Seconds this process spent compiling C++ (``build_seconds``).
+_build_seconds = [0.0]
+
+
+def build_seconds() -> float:
+    """Seconds this process has spent in the C++ compiler so far: a caller
+    reads it before and after a compile to tell the build from the rest."""
+    return _build_seconds[0]
 
 
 def _verified(so_path: Path, signer: Signer) -> bytes | None:

@@ -80,7 +80,7 @@ def compile_graph(
     reason = _not_for_cpp(gm, example_inputs) if target == "cpp" else None
     if target == "torch" or reason:
         if reason:
-            log.debug("graph %s runs through torch: %s", title, reason)
+            log.info("graph %s runs through torch: %s", title, reason)
         return CompiledGraph(
             wrapper.source,
             "torch",

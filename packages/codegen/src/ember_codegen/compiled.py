@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .build import Signer, load_library
+from .build import KERNEL_BREAK, Signer, load_library
 from .cpp_wrapper import WRAPPER_HELPERS, KernelInfo
 from .locations import replace_locations
 from .profile import ACTIVE, GraphProfile, instrument
@@ -32,6 +32,26 @@ log = logging.getLogger("ember.output_code")
 
 FORMAT_VERSION = 5
 _any_autocast = torch._C._is_any_autocast_enabled
+
+
+# Whether the log has shown the C++ preamble (the text before the first
+# kernel) once; later graphs' sources are logged without it.
+_preamble_logged = [False]
+
+
+def _without_repeated_preamble(source: str) -> str:
+    head, found, kernels = source.partition(KERNEL_BREAK)
+    if not found or "#include" not in head:
+        return source
+    if not _preamble_logged[0]:
+        _preamble_logged[0] = True
+        return source
+    wrapper, _, title = head.partition("\n// ")
+    title = title.splitlines()[0] if title else ""
+    return (
+        f"{wrapper}\n// {title}\n// (the C++ preamble, as logged with the first "
+        f"graph)\n{found}{kernels}"
+    )
 
 
 def _exec(source: str, namespace: dict, kind: str) -> Callable:
@@ -93,7 +113,8 @@ class CompiledGraph:
         object.__setattr__(
             self, "_call", _exec(self.wrapper_source, dict(namespace), "wrapper")
         )
-        log.debug("generated code:\n%s", self.source)
+        if log.isEnabledFor(logging.INFO):
+            log.info("generated code:\n%s", _without_repeated_preamble(self.source))
 
     @property
     def source(self) -> str:

@@ -32,6 +32,7 @@ from .cache import (
 )
 from .config import Config
 from .logs import warn_user
+from .progress import current, stage
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
@@ -58,6 +59,35 @@ class CompileLog:
     # Which input dims became symbolic and why, and why sizes stayed fixed
     # (dynamic.py).
     dynamic_reasons: list[str] = field(default_factory=list)
+    # One per convert, in order (convert.py).
+    compiles: list[CompileRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """One compile of one function: when, the seconds of each stage (as in
+    ``Counters.compile_seconds``, plus "c++ build" inside "codegen"), what the
+    graph cache said per graph, and the new entry's guards (user expressions)."""
+
+    function: str  # qualname (file:line)
+    started: float  # time.time()
+    total: float  # seconds, the whole compile
+    seconds: dict[str, float]
+    cache_results: tuple[str, ...]
+    guards: tuple[str, ...]
+
+    def stages(self) -> dict[str, float]:
+        """Seconds per stage, without the one that holds others ("backend":
+        aotgrad, codegen and the cache's steps)."""
+        return {k: t for k, t in self.seconds.items() if k != "backend"}
+
+    def __str__(self) -> str:
+        stages = ", ".join(f"{name} {t:.3f}" for name, t in self.stages().items())
+        cache = f"; graph cache: {', '.join(self.cache_results)}"
+        return (
+            f"compiled {self.function} in {self.total:.3f} s ({stages})"
+            f"{cache if self.cache_results else ''}"
+        )
 
 
 BACKENDS: dict[str, Callable[[Config, CompileLog, Counters], Backend]] = {}
@@ -98,7 +128,7 @@ def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
     def make_compiler(notes: list[Note], guarded: bool) -> Compiler:
         def codegen(aten_gm, example_inputs):
             try:
-                with counters.timed("codegen"):
+                with stage(counters, "codegen"):
                     compiled = ember_codegen.compile_graph(
                         aten_gm,
                         example_inputs,
@@ -152,12 +182,12 @@ class _CachedAotBackend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         try:
-            with self.counters.timed("cache_key"):
+            with stage(self.counters, "cache_key"):
                 key = graph_key(gm, example_inputs, self._options())
         except Uncacheable as e:
             self.log.cache_results.append(f"not cached: {e}")
             return self._compile(gm, example_inputs)[0]
-        with self.counters.timed("cache_load"):
+        with stage(self.counters, "cache_load"):
             loaded = self._load(key, gm)
         if loaded is not None:
             self.counters.disk_hits += 1
@@ -302,7 +332,8 @@ def _exclusive(counters: Counters, stage: str, inner: str) -> Iterator[None]:
     before = seconds.get(inner, 0.0)
     start = time.perf_counter()
     try:
-        yield
+        with current(stage):
+            yield
     finally:
         nested = seconds.get(inner, 0.0) - before
         elapsed = time.perf_counter() - start - nested

@@ -7,6 +7,9 @@ more than one stage.
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,11 +28,16 @@ from ember_runtime import (
     compile_guards,
 )
 
-from .backends import Backend, CompileLog
+from .backends import Backend, CompileLog, CompileRecord
 from .cache import MetaResultsCache
 from .distributed import active_ddp
 from .dynamic import SHAPES, DynamicPolicy
 from .logs import warn_user
+from .progress import stage, watched
+
+break_log = logging.getLogger("ember.graph_breaks")
+guard_log = logging.getLogger("ember.guards")
+perf = logging.getLogger("ember.perf")
 
 
 @dataclass(frozen=True)
@@ -63,12 +71,39 @@ def make_convert(
     ``meta_cache`` keeps the meta-kernel results capture used across processes;
     ``dynamic`` says which input dims get symbolic sizes (docs/dynamic.md)."""
     policy = dynamic or DynamicPolicy(False)
+    name = function_name(fn)
 
     def convert(args: tuple, kwargs: dict) -> Entry | Fallback:
         # Compiling may draw from torch's generators (a stage that runs an op on
         # real tensors); the user's seeded stream must not see it.
-        with torch.random.fork_rng(devices=_rng_devices()):
-            return _convert(args, kwargs)
+        seconds, builds = dict(counters.compile_seconds), _build_seconds()
+        results, started, clock = (
+            len(log.cache_results),
+            time.time(),
+            time.perf_counter(),
+        )
+        with torch.random.fork_rng(devices=_rng_devices()), watched(name):
+            entry = _convert(args, kwargs)
+        total = time.perf_counter() - clock
+        now = counters.compile_seconds
+        spent = {
+            stage: now[stage] - seconds.get(stage, 0.0)
+            for stage in sorted(now, key=lambda k: _STAGE_ORDER.get(k, 99))
+            if now[stage] > seconds.get(stage, 0.0)
+        }
+        if _build_seconds() > builds:
+            spent["c++ build"] = _build_seconds() - builds
+        record = CompileRecord(
+            name,
+            started,
+            total,
+            spent,
+            tuple(log.cache_results[results:]),
+            tuple(_guards),
+        )
+        log.compiles.append(record)
+        perf.info("%s", record)
+        return entry
 
     def _convert(args: tuple, kwargs: dict) -> Entry | Fallback:
         while True:
@@ -85,7 +120,7 @@ def make_convert(
             and active_ddp() is None
         )
         try:
-            with counters.timed("capture"):
+            with stage(counters, "capture"):
                 if meta_cache is not None:
                     meta_cache.load(fn)
                 result = ember_capture.capture_call(
@@ -98,9 +133,9 @@ def make_convert(
         except ember_capture.CaptureError as e:
             if fullgraph:
                 raise
-            _note_break(breaks, BreakReason(e.reason, e.location))
-            name = ember_capture.user_function_name(fn.__code__)
-            warn_user(f"ember: {name} runs eagerly: {e}")
+            _note_break(breaks, BreakReason(e.reason, e.location), name)
+            who = ember_capture.user_function_name(fn.__code__)
+            warn_user(f"ember: {who} runs eagerly: {e}")
             # From now on a call no compiled entry matches runs fn as Python
             # (it is not captured again, even for inputs capture could take),
             # but the user code it calls goes through the hook and is compiled
@@ -110,7 +145,7 @@ def make_convert(
             if fullgraph:
                 raise result.break_reason
             reason = result.break_reason
-            _note_break(breaks, BreakReason(reason.reason, reason.location))
+            _note_break(breaks, BreakReason(reason.reason, reason.location), name)
         if result.specialized is not None:
             policy.disable(result.specialized)
         if meta_cache is not None:
@@ -118,7 +153,7 @@ def make_convert(
         compiled = []
         for graph in result.graphs:
             log.graphs.append(graph.gm)
-            with counters.timed("backend"):
+            with stage(counters, "backend"):
                 compiled.append(backend(graph.gm, graph.example_inputs))
             if graph.dynamic_dims:
                 specialized = getattr(compiled[-1], "specialized", None)
@@ -126,11 +161,47 @@ def make_convert(
                     policy.disable(specialized)
                     return None
                 _add_size_guards(result, graph, getattr(compiled[-1], "dynamic", None))
+        _guards[:] = [str(g) for g in result.guards]
+        if guard_log.isEnabledFor(logging.INFO):
+            lines = "".join(f"\n  {g}" for g in _guards)
+            guard_log.info("guards of %s's new entry:%s", name, lines)
         guards = guard_check(result)
         run = result.build(compiled, hook)
         return GuardedEntry(guards.check, guards.failure, run)
 
+    _guards: list[str] = []  # those of the latest capture, for its record
     return convert
+
+
+# The order stages are listed in (a compile runs them in this order).
+_STAGE_ORDER = {
+    name: i
+    for i, name in enumerate(
+        [
+            "capture",
+            "backend",
+            "cache_key",
+            "cache_load",
+            "aotgrad",
+            "codegen",
+            "cache_store",
+        ]
+    )
+}
+
+
+def function_name(fn: types.FunctionType) -> str:
+    """``qualname (file:line)``: how logs and reports name a compiled function
+    (a resume function by the user's function and the line it continues from)."""
+    code = fn.__code__
+    name = ember_capture.user_function_name(code)
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})"
+
+
+def _build_seconds() -> float:
+    """Seconds spent in the C++ compiler so far (0 before codegen is loaded)."""
+    build = sys.modules.get("ember_codegen.build")
+    return build.build_seconds() if build is not None else 0.0
 
 
 def _add_size_guards(result, graph, dynamic) -> None:
@@ -152,11 +223,12 @@ def _add_size_guards(result, graph, dynamic) -> None:
     result.guards.add(ember_capture.Guard(kind, None, tuple(relations)))
 
 
-def _note_break(breaks: list[BreakReason], reason: BreakReason) -> None:
+def _note_break(breaks: list[BreakReason], reason: BreakReason, name: str) -> None:
     """A break is one place in the user's code: a recompile that meets it again
-    does not count it again."""
+    does not count it again (nor log it again)."""
     if reason not in breaks:
         breaks.append(reason)
+        break_log.info("graph break in %s at %s", name, reason)
 
 
 def _rng_devices() -> list[int]:

@@ -11,6 +11,7 @@ that kept failing.
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 import threading
 import types
@@ -20,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .counters import Counters
+
+# The recompiles channel of ember's logs (EMBER_LOGS=recompiles).
+recompiles = logging.getLogger("ember.recompiles")
 
 
 class Entry(Protocol):
@@ -137,6 +141,7 @@ class Dispatcher:
             elif not self._gave_up:
                 if reason is not None:
                     self.recompile_reasons.append(reason)
+                    recompiles.info("recompiling %s: %s", self._where(), reason)
                 with self.counters.timed("convert"):
                     entry = self.convert(args, kwargs)
                 if isinstance(entry, Fallback):
@@ -151,15 +156,18 @@ class Dispatcher:
             return (self._fallback or self.fn)(*args, **kwargs)
         return entry.run(*args, **kwargs)
 
+    def _where(self) -> str:
+        code = self.fn.__code__
+        return f"{self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
+
     def _warn_limit(self, reason: str | None) -> None:
         if self._warned:
             return
         self._warned = True
-        code = self.fn.__code__
         warnings.warn(
-            f"ember: {self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) "
-            f"reached the recompile limit ({self.recompile_limit}); calls that match "
-            f"no compiled entry now run eagerly. The guard that kept failing: "
+            f"ember: {self._where()} reached the recompile limit "
+            f"({self.recompile_limit}); calls that match no compiled entry now "
+            f"run eagerly. The guard that kept failing: "
             f"{reason}. Raise options={{'recompile_limit': N}} or make the input "
             f"that changes a tensor.",
             stacklevel=user_stacklevel(),
