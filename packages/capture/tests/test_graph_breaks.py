@@ -512,3 +512,19 @@ def test_a_function_marked_call_in_graph_is_one_node():
     assert called_in_graph(_one_call)
     with pytest.raises(TypeError, match="takes a Python function"):
         call_in_graph(torch.relu)
+
+
+class _WithMarkedMethod(torch.nn.Module):
+    @never_capture
+    def eager_part(self, y):
+        return y.tolist()
+
+    def forward(self, x):
+        return x * len(self.eager_part(x + 1))
+
+
+def test_a_method_marked_never_capture_is_a_graph_break():
+    model = _WithMarkedMethod()
+    result = capture(model.forward, torch.randn(3))
+    assert "eager_part, which is marked never" in result.break_reason.reason
+    run_both(model.forward, lambda: (torch.randn(4),))

@@ -14,8 +14,13 @@ from ember_runtime import (
     Fallback,
     GuardedEntry,
     GuardSpec,
+    RecompileError,
+    Stance,
     TensorCheck,
     compile_guards,
+    eagerly,
+    get_stance,
+    set_stance,
 )
 
 
@@ -320,3 +325,45 @@ def test_guards_see_locals_as_the_function_binds_them():
         bound = inspect.signature(fn).bind(*args, **kwargs)
         bound.apply_defaults()
         assert seen[-1] == dict(bound.arguments), fn.__name__
+
+
+@pytest.fixture
+def stance():
+    yield set_stance
+    set_stance("default")
+
+
+def test_force_eager_and_eagerly_run_the_function_itself(stance):
+    compiled = []
+    d = Dispatcher(scale, type_guarded_convert(compiled))
+    assert d(3) == ("compiled", 6)
+    assert stance("force_eager") is Stance.DEFAULT
+    assert d(3) == 6 and d(1.5) == 3.0 and compiled == [int]
+    stance(Stance.DEFAULT)
+    with eagerly():
+        with eagerly():
+            assert d(3) == 6
+        assert d(3) == 6
+    assert d(3) == ("compiled", 6)
+    assert d.counters.calls == 2  # eager calls are not counted
+
+
+def test_eager_on_recompile_keeps_entries_and_compiles_nothing(stance):
+    compiled = []
+    d = Dispatcher(scale, type_guarded_convert(compiled))
+    stance("eager_on_recompile")
+    assert d(3) == ("compiled", 6)  # a first compile is not a recompile
+    assert d(1.5) == 3.0  # would recompile: runs eagerly
+    assert d(4) == ("compiled", 8)
+    assert compiled == [int] and d.counters.eager_calls == 1
+
+
+def test_fail_on_recompile_raises_with_the_guard(stance):
+    d = Dispatcher(scale, type_guarded_convert([]))
+    stance("fail_on_recompile")
+    assert d(3) == ("compiled", 6)
+    with pytest.raises(RecompileError, match="changed from int to float"):
+        d(1.5)
+    assert get_stance() is Stance.FAIL_ON_RECOMPILE
+    with pytest.raises(ValueError, match="unknown stance 'fast'"):
+        stance("fast")

@@ -22,6 +22,7 @@ from . import bytecode, kinds, opcodes  # noqa: F401 - kinds registers the value
 from .behaviour import parts, reachable
 from .call_routing import user_code
 from .errors import CaptureError
+from .marks import called_in_graph, never_captured
 from .output_graph import OutputGraph
 from .source import (
     AttrSource,
@@ -254,6 +255,16 @@ class Interpreter:
             wrapped_source = fn.source and AttrSource(fn.source, "__wrapped__")
             fn = ObjectValue(func.__wrapped__, wrapped_source)
             func = fn.value
+        if never_captured(func):
+            raise self.unsupported(
+                f"calling {func.__qualname__}, which is marked never to be "
+                "captured (ember.disable)",
+                "it runs as Python, between graphs",
+            )
+        if called_in_graph(func):
+            return self.output.call_tensor_op(
+                "call_function", func, tuple(args), kwargs
+            )
         code = user_code(func.__code__)  # a function a routed frame made
         if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
             raise self.unsupported(f"calling coroutine {func.__qualname__}")

@@ -145,6 +145,8 @@ class _Context:
     def hook(self, target: Callable) -> Callable:
         """What runs in place of ``target`` after a graph break: compiled Python
         functions, methods and modules; anything else as it is."""
+        if ember_capture.never_captured(target):  # ember.disable
+            return target
         if isinstance(target, types.FunctionType):
             if target not in self._functions:
                 self._functions[target] = self.compile_callable(target)

@@ -114,6 +114,8 @@ def make_convert(
     def _convert_once(args: tuple, kwargs: dict) -> Entry | Fallback | None:
         """The entry, or None when symbolic sizes had to be given up: the
         caller captures again with every size fixed."""
+        if ember_capture.never_captured(fn):  # ember.disable: as it is, quietly
+            return Fallback(fn)
         symbolic = (
             policy.active
             and getattr(backend, "handles_symbolic_sizes", False)

@@ -16,6 +16,7 @@ from .guards import (
     compile_guards,
     native_available,
 )
+from .stance import RecompileError, Stance, eagerly, get_stance, set_stance
 from .store import ArtifactStore, cache_key, compiler_version, environment_versions
 from .trust import CacheTrust, UnsafeFolder, open_cache
 
@@ -31,13 +32,18 @@ __all__ = [
     "GuardCheck",
     "GuardSpec",
     "GuardedEntry",
+    "RecompileError",
+    "Stance",
     "TensorCheck",
     "UnsafeFolder",
     "cache_key",
     "compile_guards",
     "compiler_version",
+    "eagerly",
     "environment_versions",
+    "get_stance",
     "native_available",
     "open_cache",
+    "set_stance",
     "user_stacklevel",
 ]

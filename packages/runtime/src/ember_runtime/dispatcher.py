@@ -5,7 +5,8 @@ function's locals, runs the first entry whose guards hold (the most recently hit
 tried first), or converts the call into a new entry. A convert that gives up (returns
 None, or a Fallback saying what to run instead) and a miss past the recompile limit
 run the function without an entry; the limit also warns once, naming the guard
-that kept failing.
+that kept failing. The stance (stance.py) can run every call eagerly, or turn a
+miss that would compile again into an eager call or an error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .counters import Counters
+from .stance import STATE, RecompileError, Stance
 
 # The recompiles channel of ember's logs (EMBER_LOGS=recompiles).
 recompiles = logging.getLogger("ember.recompiles")
@@ -91,6 +93,8 @@ class Dispatcher:
         return self._entries
 
     def __call__(self, *args: object, **kwargs: object) -> object:
+        if STATE.eager:
+            return self.fn(*args, **kwargs)
         counters = self.counters
         counters.calls += 1
         f_locals = self._bind(args, kwargs)
@@ -133,12 +137,21 @@ class Dispatcher:
             # for a recompile, or the limit's one warning.
             at_limit = len(self._entries) >= self.recompile_limit
             wanted = not self._warned if at_limit else not self._gave_up
+            stance = STATE.stance if self._entries else Stance.DEFAULT
+            wanted = wanted or stance is Stance.FAIL_ON_RECOMPILE
             reason = (
                 self._entries[0].failure(f_locals) if wanted and self._entries else None
             )
-            if at_limit:
+            if stance is Stance.FAIL_ON_RECOMPILE:
+                raise RecompileError(
+                    f"{self._where()} would compile again (stance "
+                    f"'fail_on_recompile'): {reason}"
+                )
+            # eager_on_recompile: the miss runs eagerly below, nothing compiles
+            compiles = stance is not Stance.EAGER_ON_RECOMPILE
+            if compiles and at_limit:
                 self._warn_limit(reason)
-            elif not self._gave_up:
+            elif compiles and not self._gave_up:
                 if reason is not None:
                     self.recompile_reasons.append(reason)
                     recompiles.info("recompiling %s: %s", self._where(), reason)

@@ -34,7 +34,6 @@ from ..behaviour import (
     set_attr,
     truth,
 )
-from ..marks import called_in_graph, never_captured
 from ..source import AttrSource, ReferentSource
 from ..torch_ops import (
     FOLDABLE_METHOD_TYPES,
@@ -177,14 +176,6 @@ def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
     handler = builtin_calls.HANDLERS.get(target) if hashable(target) else None
     if handler is not None:
         return handler(tx, *args, **kwargs)
-    if never_captured(target):
-        raise tx.unsupported(
-            f"calling {describe(target)}, which is marked never to be captured "
-            "(ember.disable)",
-            "it runs as Python, between graphs",
-        )
-    if called_in_graph(target):
-        return tx.output.call_tensor_op("call_function", target, tuple(args), kwargs)
     if changes_global_state(target):
         raise tx.unsupported(
             f"calling {describe(target)}, which changes torch's global state",
