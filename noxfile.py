@@ -3,6 +3,8 @@ and lint. Each stage's session installs that stage alone, so the layering is rea
 
 from __future__ import annotations
 
+import shutil
+
 import nox
 
 nox.options.reuse_venv = "yes"
@@ -54,8 +56,14 @@ for _stage in STAGES:
 
 @nox.session
 def ember(session: nox.Session) -> None:
-    """The umbrella's own tests (it needs the four stages)."""
+    """The umbrella's own tests (it needs the four stages). The compile report's
+    test renders its page in headless Chromium: Debian's package, installed here
+    when it is missing and apt can (else that one test skips, saying why)."""
     install(session, *ALL_PACKAGES)
+    if shutil.which("chromium") is None and shutil.which("apt-get") is not None:
+        quiet = {"external": True, "success_codes": list(range(256))}
+        session.run("apt-get", "update", "-q", **quiet)
+        session.run("apt-get", "install", "-y", "-q", "chromium", **quiet)
     session.run("pytest", "packages/ember/tests", *session.posargs)
 
 
@@ -97,7 +105,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    install(session, *ALL_PACKAGES, tools=())
+    # numpy: without it, importing torch warns that NumPy is missing
+    install(session, *ALL_PACKAGES, tools=("numpy",))
     session.run("python", "-m", "ember.demo")
 
 

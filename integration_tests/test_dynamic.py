@@ -335,3 +335,38 @@ def test_a_source_read_again_with_another_rank():
     for shape in [(4, 8), (4, 12), (5,), (6,)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_an_op_that_needs_a_size_as_a_number_compiles_once_per_size():
+    """max_pool1d's kernel reads the length as an int: each length is its own
+    entry, and no symbolic entry that only one length passes is stored."""
+    pool = torch.nn.MaxPool1d(2)
+    compiled = ember.compile(pool, dynamic=True)
+    for t in [10, 13, 13, 10, 13]:
+        x = torch.randn(2, 4, t)
+        torch.testing.assert_close(compiled(x), pool(x))
+    assert _compiles_of_module(compiled) == 2
+    assert compiled._compiled_forward.log.dynamic_reasons == [
+        "L['input'].size(2) stays fixed: an op of the graph needs it as a number "
+        "(it was 10)"
+    ]
+    # the other dims stay symbolic: a new batch size is no new compile
+    x = torch.randn(5, 3, 13)
+    torch.testing.assert_close(compiled(x), pool(x))
+    assert _compiles_of_module(compiled) == 2
+
+
+def test_a_loop_over_a_symbolic_size_unrolls_at_each_size():
+    """``range()`` of a size (or of an int argument) needs the number: the size
+    is guarded to its value, the loop unrolls in one graph, nothing breaks."""
+
+    def fn(x, n):
+        for i in range(x.size(0)):
+            x = x * 0.5 + i
+        return sum(x[:, j] for j in range(n))
+
+    compiled = ember.compile(fn, dynamic=True)
+    for rows, n in [(2, 2), (3, 2), (3, 4)]:
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x, n), fn(x, n))
+    assert compiled.breaks == [] and _compiles(compiled) == 3

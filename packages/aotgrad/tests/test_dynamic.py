@@ -116,6 +116,26 @@ def test_an_op_without_a_shape_rule_specializes_and_says_why():
         torch.testing.assert_close(compiled(x)[0], fn(x)[0])
 
 
+def test_an_op_that_reads_a_size_as_a_number_pins_it():
+    """max_pool1d's C++ kernel reads the length as an int: the trace guards
+    that length's value, and ``pinned`` says so (the batch stays a symbol)."""
+
+    def fn(x):
+        return (torch.nn.functional.max_pool1d(x, 2) * 2,)
+
+    compiled = aot_compile(
+        graph_of(fn, 1),
+        [torch.randn(2, 3, 10)],
+        Counting(),
+        dynamic_dims={0: [0, 2]},
+    )
+    assert compiled.specialized is None
+    assert compiled.dynamic.pinned() == {"s1": 10}
+    for shape in [(2, 3, 10), (5, 3, 10), (2, 3, 13)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(compiled(x)[0], fn(x)[0])
+
+
 def test_shape_env_knows_what_holds_for_every_size():
     env = ShapeEnv()
     s0, s1 = env.symbol("s0", 7), env.symbol("s1", 3)

@@ -322,3 +322,15 @@ def test_in_place_operator_on_a_python_number_takes_a_tensor():
 
     result = assert_same(accumulate, torch.randn(3), torch.randn(3))
     assert len(result.graphs) == 1
+
+
+def test_a_factory_given_device_none_makes_the_default_device():
+    """nn.Transformer.generate_square_subsequent_mask passes device=None."""
+
+    def fn(x):
+        return x + torch.full((3, 3), 1.0, device=None)
+
+    result = capture(fn, torch.randn(3, 3))
+    assert result.break_reason is None
+    x = torch.randn(3, 3)
+    torch.testing.assert_close(result.graphs[0].gm(x)[0], fn(x))

@@ -283,7 +283,7 @@ def test_explain_counts_graphs_ops_and_fallbacks():
     assert out.fallback_ops == []  # the C++ target generates code for every op
     (source,) = out.generated_code
     assert "extern" in source or "mm" in source
-    assert "graphs: 1" in str(out)
+    assert "4 of 4 tensor ops ran in 1 graph(s) (100%), 0 as Python" in str(out)
     on_torch = ember.explain(thin, options={"codegen_target": "torch"})(*inputs())
     assert on_torch.fallback_ops == [
         "aten.add.Tensor",
@@ -291,6 +291,45 @@ def test_explain_counts_graphs_ops_and_fallbacks():
         "aten.relu.default",
         "aten.sum.dim_IntList",
     ]
+
+
+def breaks_then_sums(x, n):
+    y = x.sin() * n
+    scale = y.sum().item()
+    return (y @ y.T).relu().sum(-1) * scale
+
+
+def test_explain_answers_the_four_questions():
+    line = breaks_then_sums.__code__.co_firstlineno
+    compiled = ember.compile(breaks_then_sums)
+    compiled(torch.randn(4, 4), 2)
+    compiled(torch.randn(5, 4), 2)  # a recompile before explain
+    out = ember.explain(compiled, repeat=3)(torch.randn(6, 4), 2)
+    text = str(out)
+    # (1) what ran in graphs and what ran as Python, per function
+    (frame,) = out.frames
+    assert frame.frame == f"breaks_then_sums ({__name__})"
+    assert (frame.in_graphs, frame.in_python) == (9, 1)  # .item() ran as Python
+    assert (
+        "1. Captured: 9 of 10 tensor ops ran in 2 graph(s) (90%), 1 as Python" in text
+    )
+    # (2) each break with its reason and the user's line
+    assert "Tensor.item() reads the tensor's values into Python, at " in text
+    assert f"at {__file__}:{line + 2}" in text
+    # (3) the recompiles: this run's (none), and the compiled function's history
+    assert out.recompiles == []
+    assert out.history[1] == (
+        f"breaks_then_sums ({__file__}:{line}): L['x']: size changed from "
+        "[4, 4] to [5, 4]"
+    )
+    # (4) compile seconds per stage against steady state
+    assert {"capture", "aotgrad", "codegen"} <= set(out.stage_seconds())
+    assert out.compiled_seconds > 0 and out.eager_seconds > 0
+    assert "4. Compile time: " in text and "steady state: " in text
+    assert (
+        ember.explain(breaks_then_sums, repeat=0)(torch.randn(3, 4), 1).eager_seconds
+        is None
+    )
 
 
 def test_explain_of_a_function_that_ran_in_python():
@@ -414,7 +453,7 @@ def grows_input_in_place(x):
 
 def test_explain_reports_graphs_left_to_torch():
     x = torch.randn(3)
-    out = ember.explain(grows_input_in_place)(x)
+    out = ember.explain(grows_input_in_place, repeat=0)(x)  # x grows each call
     assert out.graph_count == 1 and x.shape == (1, 3)
     (reason,) = out.eager_graph_reasons
     assert reason.startswith("in-place view op aten.unsqueeze_.default")

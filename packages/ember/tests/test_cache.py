@@ -2,6 +2,7 @@
 one stored and matches eager; anything that changes the compiled code misses; a
 damaged entry is deleted, compiled again and replaced, with a warning."""
 
+import functools
 import json
 import os
 import subprocess
@@ -196,3 +197,39 @@ def test_an_unusable_cache_folder_does_not_fail_a_compile(tmp_path, monkeypatch)
     assert f"{blocked} cannot be used: it is not a folder" in message
     assert f"uses {fallback} instead" in message
     assert list((fallback / "kernels").glob("*.so"))
+
+
+def _decorate(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_decorate
+def _doubled(x):
+    return x * 2
+
+
+@_decorate
+def _sine(x):
+    return x.sin()
+
+
+def test_functions_that_share_a_wrapper_are_remembered_apart(tmp_path):
+    """A decorator's wrapper is one code object for every function it wraps
+    (transformers' can_return_tuple): what one function taught automatic
+    dynamic is not applied to another."""
+    doubled = ember.compile(_doubled, options={"cache_dir": tmp_path})
+    for n in (4, 5):
+        doubled(torch.randn(n))
+    assert doubled.log.dynamic_reasons == [
+        "L['args'][0].size(0) is dynamic: it was 4, now 5"
+    ]
+    sine = ember.compile(_sine, options={"cache_dir": tmp_path})
+    sine(torch.randn(4))
+    assert sine.log.dynamic_reasons == []
+    again = ember.compile(_doubled, options={"cache_dir": tmp_path})
+    again(torch.randn(4))
+    assert "earlier run" in again.log.dynamic_reasons[0]

@@ -82,6 +82,22 @@ class Dynamic:
             return False
         return not self.guards or self._check(*sizes)
 
+    def pinned(self) -> dict[str, int]:
+        """The symbols a guard fixes to one value (``Eq(s2, 10)``: an op needed
+        that size as a number, as max_pool1d's kernel does): the graph serves
+        that size only, so a caller had better make the dim static."""
+        pins = {}
+        for relation in self.guards:
+            if (
+                getattr(relation, "rel_op", None) == "=="
+                and len(relation.free_symbols) == 1
+            ):
+                (symbol,) = relation.free_symbols
+                side = relation.rhs if relation.lhs == symbol else relation.lhs
+                if getattr(side, "is_Integer", False):
+                    pins[symbol.name] = int(side)
+        return pins
+
     @functools.cached_property
     def _check(self) -> Callable[..., bool]:
         from .symbolic import predicate  # sympy: only for graphs with symbols

@@ -57,6 +57,7 @@ from .source import (
     Source,
     index_text,
 )
+from .torch_ops import READS_VALUES
 from .variables import (
     BoundFunctionValue,
     ConstValue,
@@ -512,6 +513,11 @@ class OutputGraph:
                 "its kernel's own matmuls are autocast in eager, which capture "
                 "cannot see; it runs eagerly",
             )
+        if kind == "call_method" and target in READS_VALUES:
+            raise self.error(
+                f"Tensor.{target}() reads the tensor's values into Python",
+                "the values are not known while capturing: the graph ends here",
+            )
         rewritten = rewrite_number_operands(self, kind, target, args, kwargs)
         if rewritten is not None:
             return rewritten
@@ -830,8 +836,9 @@ def _on_meta(target: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def _result_device(args, kwargs, kind, target) -> torch.device:
-    if "device" in kwargs:
-        return torch.device(_plain(kwargs["device"], _node_of))
+    device = _plain(kwargs["device"], _node_of) if "device" in kwargs else None
+    if device is not None:  # (``device=None``: the default, as if not given)
+        return torch.device(device)
     if kind == "call_method" and target in ("to", "cpu", "cuda"):
         if target != "to":
             return torch.device(target)

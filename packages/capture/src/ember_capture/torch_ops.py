@@ -129,6 +129,10 @@ for _backend in (torch.cuda, torch.xpu):
     if not _backend.is_available():
         TORCH_META_FUNCTIONS[_backend.is_current_stream_capturing] = lambda: False
 
+# Tensor methods that return the tensor's values as Python objects: a graph
+# cannot hold them, so they end it (a graph break with this reason).
+READS_VALUES = frozenset({"item", "tolist", "numpy"})
+
 # BINARY_OP / unary operators that have a tensor meaning.
 TENSOR_OPERATORS = frozenset(
     {

@@ -11,6 +11,7 @@ from .config import Config
 from .convert import BreakReason
 from .dynamic import mark_dynamic, mark_static
 from .explain import ExplainOutput, explain, profile
+from .html_report import report
 from .logs import apply_environment, set_logs
 from .toolbox import (
     allow_in_graph,
@@ -43,6 +44,7 @@ __all__ = [
     "mark_static",
     "profile",
     "register_backend",
+    "report",
     "reset",
     "set_logs",
     "set_stance",

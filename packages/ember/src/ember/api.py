@@ -30,6 +30,9 @@ _MODES = (None, "default", "reduce-overhead", "max-autotune")
 
 # Every dispatcher made by compile(), so reset() can clear them all.
 _DISPATCHERS: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+# Called as listener(name, log, breaks) for each compile() of a function or
+# module (report.py records them).
+COMPILE_LISTENERS: list[Callable[[str, CompileLog, list[BreakReason]], None]] = []
 
 
 def compile(
@@ -69,6 +72,8 @@ def compile(
     def wrap(target: Any) -> Any:
         if isinstance(target, (CompiledFunction, CompiledModule)):
             target = target.original  # compile afresh from the user's own object
+        for listener in COMPILE_LISTENERS:
+            listener(_describe(target), context.log, context.breaks)
         if isinstance(target, torch.nn.Module):
             return context.compile_module(target)
         if isinstance(target, (types.FunctionType, types.MethodType)):
@@ -79,6 +84,16 @@ def compile(
         )
 
     return wrap if model is None else wrap(model)
+
+
+def _describe(target: Any) -> str:
+    """How a report names what ``ember.compile`` was given."""
+    if isinstance(target, torch.nn.Module):
+        return f"{type(target).__qualname__} (module)"
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    if code is None:
+        return repr(target)
+    return f"{target.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
 
 
 class _Context:
@@ -138,6 +153,7 @@ class _Context:
             counters=counters,
         )
         _DISPATCHERS.add(dispatcher)
+        self.log.dispatchers.append(dispatcher)
         return CompiledFunction(
             fn, dispatcher, self.log, self.breaks, bound_self, self.recompile
         )

@@ -20,7 +20,7 @@ import torch.fx
 import ember_aotgrad
 import ember_codegen
 from ember_codegen.locations import graph_locations, replace_locations
-from ember_runtime import Counters
+from ember_runtime import Counters, Dispatcher
 
 from .cache import (
     CachedGraph,
@@ -46,6 +46,8 @@ class CompileLog:
     """What happened while compiling, for explain() and the tests."""
 
     graphs: list[torch.fx.GraphModule] = field(default_factory=list)
+    # Per graph, the function it was captured from (convert.frame_key).
+    graph_frames: list[str] = field(default_factory=list)
     fallback_ops: set[str] = field(default_factory=set)
     generated_code: list[str] = field(default_factory=list)
     eager_graph_reasons: list[str] = field(default_factory=list)
@@ -61,6 +63,10 @@ class CompileLog:
     dynamic_reasons: list[str] = field(default_factory=list)
     # One per convert, in order (convert.py).
     compiles: list[CompileRecord] = field(default_factory=list)
+    # The dispatcher of each function compiled with this log (the function,
+    # its resume functions, callees compiled after a break), for their
+    # recompile reasons.
+    dispatchers: list[Dispatcher] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,13 @@ class CompileRecord:
     guards: tuple[str, ...]
 
     def stages(self) -> dict[str, float]:
-        """Seconds per stage, without the one that holds others ("backend":
-        aotgrad, codegen and the cache's steps)."""
-        return {k: t for k, t in self.seconds.items() if k != "backend"}
+        """Seconds per stage, each counted once: without the one that holds
+        others ("backend": aotgrad, codegen and the cache's steps), and
+        "codegen" without the "c++ build" inside it."""
+        stages = {k: t for k, t in self.seconds.items() if k != "backend"}
+        if "c++ build" in stages and "codegen" in stages:
+            stages["codegen"] = max(stages["codegen"] - stages["c++ build"], 0.0)
+        return stages
 
     def __str__(self) -> str:
         stages = ", ".join(f"{name} {t:.3f}" for name, t in self.stages().items())

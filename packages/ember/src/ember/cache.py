@@ -16,6 +16,7 @@ import enum
 import functools
 import hashlib
 import importlib.util
+import inspect
 import json
 import operator
 import struct
@@ -431,7 +432,20 @@ class DynamicDimsCache:
 
 
 def _function_key(fn: types.FunctionType, kind: str, **parts: str) -> str:
-    """A key for what is kept per function: its place in the user's code."""
+    """A key for what is kept per function: its place in the user's code, and
+    that of the function it wraps (a decorator's wrapper, such as
+    transformers' ``can_return_tuple``, is one code object for every model's
+    forward)."""
+    where = [_place(fn)]
+    try:
+        inner = inspect.unwrap(fn)
+    except ValueError:  # a __wrapped__ chain that loops
+        inner = fn
+    if inner is not fn and isinstance(inner, types.FunctionType):
+        where.append(_place(inner))
+    return cache_key(kind=kind, function=" wrapping ".join(where), **parts)
+
+
+def _place(fn: types.FunctionType) -> str:
     code = fn.__code__
-    where = f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"
-    return cache_key(kind=kind, function=where, **parts)
+    return f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"

@@ -155,6 +155,7 @@ def make_convert(
         compiled = []
         for graph in result.graphs:
             log.graphs.append(graph.gm)
+            log.graph_frames.append(frame_key(fn.__code__, fn.__module__, fn))
             with stage(counters, "backend"):
                 compiled.append(backend(graph.gm, graph.example_inputs))
             if graph.dynamic_dims:
@@ -162,7 +163,10 @@ def make_convert(
                 if specialized is not None:
                     policy.disable(specialized)
                     return None
-                _add_size_guards(result, graph, getattr(compiled[-1], "dynamic", None))
+                dynamic = getattr(compiled[-1], "dynamic", None)
+                if _fix_pinned(policy, graph, dynamic):
+                    return None  # captured again with those sizes fixed
+                _add_size_guards(result, graph, dynamic)
         _guards[:] = [str(g) for g in result.guards]
         if guard_log.isEnabledFor(logging.INFO):
             lines = "".join(f"\n  {g}" for g in _guards)
@@ -200,10 +204,37 @@ def function_name(fn: types.FunctionType) -> str:
     return f"{name} ({code.co_filename}:{code.co_firstlineno})"
 
 
+def frame_key(
+    code: types.CodeType, module: str | None, fn: types.FunctionType | None = None
+) -> str:
+    """``qualname (module)``: the Python function a tensor op ran in, for
+    explain's count per function. The functions ember writes (transformed,
+    resume functions) count as the user's function they continue, and a
+    decorator's wrapper (``fn``, made with functools.wraps) as the function
+    it wraps."""
+    name = ember_capture.user_function_name(code).split(" (from line")[0]
+    if fn is not None and name == code.co_qualname:
+        name = fn.__qualname__
+    return f"{name} ({module})"
+
+
 def _build_seconds() -> float:
     """Seconds spent in the C++ compiler so far (0 before codegen is loaded)."""
     build = sys.modules.get("ember_codegen.build")
     return build.build_seconds() if build is not None else 0.0
+
+
+def _fix_pinned(policy: DynamicPolicy, graph, dynamic) -> bool:
+    """Whether the backend's trace needed some symbolic sizes as numbers
+    (aotgrad's ``Dynamic.pinned``): those dims stay fixed from now on. An
+    entry with a symbol only one size passes would be stored under a key that
+    serves every size, and found again for each new one."""
+    pins = dynamic.pinned() if dynamic is not None else {}
+    for name, value in pins.items():
+        i, d = dynamic.symbols[name]
+        reason = f"an op of the graph needs it as a number (it was {value})"
+        policy.fix(graph.input_sources[i].name(), d, reason)
+    return bool(pins)
 
 
 def _add_size_guards(result, graph, dynamic) -> None:

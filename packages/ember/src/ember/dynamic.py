@@ -72,6 +72,8 @@ class DynamicPolicy:
         # each input's shape (an int argument's value) at the last capture
         self._shapes: dict[str, tuple[int, ...] | int] = {}
         self._automatic: dict[str, set[int]] | None = None  # read on first use
+        # dims a compiled graph needed as numbers (``fix``), per input name
+        self._fixed: dict[str, set[int]] = {}
         self._remembered = remembered
 
     @property
@@ -109,12 +111,14 @@ class DynamicPolicy:
                         self._remembered.save(self._automatic)
             dims |= automatic
         # (a source read before with another rank may name dims it has not)
-        dims = {d for d in dims if 0 <= d < t.dim()}
+        dims = {d for d in dims if 0 <= d < t.dim()} - self._fixed.get(name, set())
         return sorted(dims - set(getattr(t, _STATIC_ATTR, ())))
 
     def _int_dims(self, name: str, value: int) -> list[int]:
         """An integer argument: a symbol under ``dynamic=True``, or after its
         value changed once (automatic)."""
+        if _INT in self._fixed.get(name, ()):
+            return []
         if self.mode is True:
             return [0]
         before = self._shapes.get(name)
@@ -149,6 +153,13 @@ class DynamicPolicy:
     def disable(self, reason: str) -> None:
         self.disabled = reason
         self._note(f"sizes stay fixed: {reason}")
+
+    def fix(self, name: str, dim: int | None, reason: str) -> None:
+        """Keep one size fixed from now on: the dim ``dim`` of the input read
+        as ``name`` (None: the integer ``name`` itself)."""
+        self._fixed.setdefault(name, set()).add(_INT if dim is None else dim)
+        what = name if dim is None else f"{name}.size({dim})"
+        self._note(f"{what} stays fixed: {reason}")
 
 
 class Remembered:

@@ -130,3 +130,15 @@ def _size_method(tx: Interpreter, v: SizeValue, name: str, args, kwargs) -> Valu
 def _size_rebuild(out: Emitter, v: SizeValue) -> str:
     items = ", ".join(out.expr(i) for i in v.items)
     return f"{out.constant(torch.Size)}([{items}])"
+
+
+@handles(range)
+def _range(tx: Interpreter, *args: Value, **kwargs: Value) -> Value:
+    """``range(n)`` with ``n`` a size: its numbers at this call's sizes (a loop
+    over it unrolls), the size guarded to its value."""
+    if kwargs or not all(isinstance(a, (ConstValue, SymIntValue)) for a in args):
+        raise tx.unsupported(
+            "constructing a builtins.range from these values",
+            "pass the bounds as ints",
+        )
+    return fold(tx, range, args, {})

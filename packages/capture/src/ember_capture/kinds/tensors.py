@@ -234,3 +234,19 @@ def _rebuild(out: Emitter, t: TensorValue) -> str:
 @describe_value.register(TensorValue)
 def _describe(t: TensorValue) -> str:
     return "tensor"
+
+
+@builtin_calls.constructs(lambda cls: cls in (int, float, bool, complex))
+def _number_of_a_tensor(tx: Interpreter, cls_value: Value, args, kwargs) -> Value:
+    """``float(t)``, ``int(t)``: the tensor's value as a Python number, which
+    no graph can give (numbers from sizes and constants fold before this)."""
+    name = cls_value.value.__name__
+    if any(isinstance(a, TensorValue) for a in args):
+        raise tx.unsupported(
+            f"{name}() of a tensor reads its value into Python",
+            "the value is not known while capturing: the graph ends here",
+        )
+    raise tx.unsupported(
+        f"constructing a builtins.{name} from these values",
+        "compute the number outside the compiled function and pass it in",
+    )
