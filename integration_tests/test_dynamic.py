@@ -370,3 +370,31 @@ def test_a_loop_over_a_symbolic_size_unrolls_at_each_size():
         x = torch.randn(rows, 4)
         torch.testing.assert_close(compiled(x, n), fn(x, n))
     assert compiled.breaks == [] and _compiles(compiled) == 3
+
+
+def test_a_shape_compared_with_a_tuple_keeps_its_sizes_symbolic():
+    """``h.size() != (b, 4)``, as nn.RNN checks its hidden state: decided item
+    by item, so the sizes stay symbolic and nothing breaks."""
+
+    def fn(x):
+        h = torch.zeros(x.size(0), 4)
+        if h.size() != (x.size(0), 4) or h.shape == [x.size(0), 4]:
+            raise RuntimeError("bad hidden state")
+        return x.sum(1, keepdim=True) + h
+
+    compiled = ember.compile(fn, dynamic=True)
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert compiled.breaks == [] and _compiles(compiled) == 1
+    lstm = torch.nn.LSTM(8, 16, batch_first=True)
+    compiled = ember.compile(lstm, dynamic=True)
+    for batch, t in [(2, 5), (3, 7)]:
+        x = torch.randn(batch, t, 8)
+        for got, want in zip(compiled(x), lstm(x)):
+            torch.testing.assert_close(got, want)
+    # no break any more; torch.lstm itself has no shape rule, so its sizes
+    # stay fixed (one compile per size), and the reason says so
+    forward = compiled._compiled_forward
+    assert forward.breaks == [] and _compiles_of_module(compiled) == 2
+    assert "lstm" in forward.log.dynamic_reasons[0]

@@ -132,6 +132,23 @@ def _families() -> list[Family]:
             _text,
             _token_labels,
         ),
+        Family(  # multi-query attention: indexes with Python lists
+            "falcon",
+            lambda: t.FalconForCausalLM(
+                t.FalconConfig(
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    vocab_size=VOCAB,
+                    multi_query=True,
+                    new_decoder_architecture=False,
+                    hidden_dropout=0.0,
+                    attention_dropout=0.0,
+                )
+            ),
+            _text,
+            _token_labels,
+        ),
         Family(
             "t5",
             lambda: t.T5ForConditionalGeneration(

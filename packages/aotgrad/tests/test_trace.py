@@ -212,3 +212,18 @@ def test_aot_compile_rejects_nested_outputs_by_name():
     gm = torch.fx.symbolic_trace(lambda x: (x.max(1), x + 1))
     with pytest.raises(AotGradError, match="graph output 0 is a max holding tensors"):
         aot_compile(gm, [torch.randn(3, 4)], lambda g, e: g)
+
+
+def test_a_list_index_is_a_constant_of_the_graph():
+    """``x[..., [-2], :]`` (falcon's multi-query attention): on meta tensors
+    torch would make the index tensor on the meta device, its values lost."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    picked = g.call_function(operator.getitem, (x, (Ellipsis, [-2], slice(None))))
+    rows = g.call_function(operator.getitem, (x, [1, 0, 1]))
+    g.output((picked, rows))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    x = torch.randn(2, 3, 4, 5)
+    aten_gm = trace_to_aten(gm, [x])
+    for got, want in zip(aten_gm(x), (x[..., [-2], :], x[[1, 0, 1]])):
+        torch.testing.assert_close(got, want)

@@ -378,6 +378,20 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
     return meta.requires_grad_(t.requires_grad) if t.is_floating_point() else meta
 
 
+def _lists_as_index_tensors(index: object) -> object:
+    """A tensor index with each list of ints made the CPU tensor torch would
+    build from it (``x[..., [-2], :]``). On a meta tensor torch builds that
+    tensor on the meta device, where its values are lost; a CPU tensor is a
+    constant of the graph. (A list of bools is a mask: its result's size
+    depends on the values, so it stays as it is.)"""
+    if isinstance(index, tuple):
+        return tuple(_lists_as_index_tensors(i) for i in index)
+    ints = isinstance(index, list) and index and pytree.tree_leaves(index)
+    if ints and all(type(v) is int for v in ints):
+        return torch.tensor(index)
+    return index
+
+
 class LocatingInterpreter(torch.fx.Interpreter):
     """Runs the torch-level graph, telling the recorder which user line is running."""
 
@@ -392,6 +406,13 @@ class LocatingInterpreter(torch.fx.Interpreter):
         finally:
             for mode in reversed(self.autocast_modes):  # after a failure
                 mode.__exit__(None, None, None)
+
+    def call_function(self, target, args, kwargs) -> Any:
+        if target in (operator.getitem, operator.setitem) and isinstance(
+            args[0], torch.Tensor
+        ):
+            args = (args[0], _lists_as_index_tensors(args[1]), *args[2:])
+        return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         self.recorder.user_loc = n.meta.get("user_loc")

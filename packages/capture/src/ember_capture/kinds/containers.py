@@ -34,6 +34,7 @@ from ..behaviour import (
 )
 from ..source import key_text
 from ..variables import (
+    ConstValue,
     DataclassValue,
     DictValue,
     GeneratorValue,
@@ -41,6 +42,7 @@ from ..variables import (
     ListValue,
     MethodValue,
     NamedTupleValue,
+    SymIntValue,
     TupleValue,
     Value,
 )
@@ -343,9 +345,36 @@ def _merge_in_place(tx, a: Value, b: Value) -> Value:
     return a
 
 
+def _equal(tx, a: Value, b: Value) -> bool:
+    """``a == b`` of two tuples or lists whose items are numbers, some of them
+    symbolic sizes (``h.size() == (b, 4)``, as nn.RNN checks its hidden
+    state): item by item, each size relation decided or guarded, never the
+    sizes pinned to their values."""
+    sequences = (TupleValue, ListValue)
+    if not (isinstance(a, sequences) and isinstance(b, sequences)):
+        raise tx.unsupported(f"{describe_value(a)} == {describe_value(b)}")
+    if isinstance(a, ListValue) != isinstance(b, ListValue):
+        return False  # a list never equals a tuple
+    if len(a.items) != len(b.items):
+        return False
+    for x, y in zip(a.items, b.items):
+        if isinstance(x, SymIntValue) or isinstance(y, SymIntValue):
+            same = truth(tx, tx.output.call_size_op(operator.eq, [x, y]))
+        elif isinstance(x, ConstValue) and isinstance(y, ConstValue):
+            same = x.value == y.value
+        else:
+            raise tx.unsupported(f"{describe_value(a)} == {describe_value(b)}")
+        if not same:
+            return False
+    return True
+
+
 # Operators on lists, tuples and dicts: new containers, or (the augmented forms
-# on a list or dict) the same one changed in place, as Python does.
+# on a list or dict) the same one changed in place, as Python does; == and !=
+# of sequences holding sizes.
 SEQUENCE_OPS = {
+    operator.eq: lambda tx, a, b: ConstValue(_equal(tx, a, b)),
+    operator.ne: lambda tx, a, b: ConstValue(not _equal(tx, a, b)),
     operator.add: _concat,
     operator.mul: _repeat,
     operator.iadd: _extend_in_place,
