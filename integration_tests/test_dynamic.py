@@ -173,6 +173,9 @@ def test_marks_and_policies():
     torch.testing.assert_close(marked(x), fn(x))
     torch.testing.assert_close(marked(torch.ones(6, 2)), fn(torch.ones(6, 2)))
     assert _compiles(marked) == 1
+    assert marked.log.dynamic_reasons == [
+        "L['x'].size(0) is dynamic: marked with mark_dynamic"
+    ]
 
     static = ember.compile(fn, dynamic=True)
     for n in [3, 4]:
@@ -180,6 +183,18 @@ def test_marks_and_policies():
         ember.mark_static(y, 0)
         torch.testing.assert_close(static(y), fn(y))
     assert _compiles(static) == 2
+
+    # dynamic=True: a module's buffers keep their sizes (BatchNorm's running
+    # statistics, read as _buffers['running_mean']), the input's are symbols
+    norm = torch.nn.BatchNorm1d(8).eval()
+    compiled = ember.compile(norm, dynamic=True)
+    for n in [3, 5]:
+        x = torch.randn(n, 8, 6)
+        torch.testing.assert_close(compiled(x), norm(x))
+    (record,) = compiled._compiled_forward.log.compiles
+    guards = "\n".join(record.guards)
+    assert "L['input'] is Tensor(float32, cpu, size=[s0, 8, s1]" in guards
+    assert "L['self'].running_mean is Tensor(float32, cpu, size=[8]," in guards
 
 
 def _llama():
@@ -231,7 +246,7 @@ compiled = ember.compile(fn)
 for n in map(int, sys.argv[1:]):
     torch.testing.assert_close(compiled(torch.ones(n, 3)), fn(torch.ones(n, 3)))
 print(compiled.dispatcher.counters.compiles, compiled.log.cache_results,
-      compiled.log.dynamic_reasons)
+      len(compiled.log.generated_code), compiled.log.dynamic_reasons)
 """
 
 
@@ -251,11 +266,12 @@ def test_a_new_process_remembers_which_dims_are_dynamic(tmp_path):
         return out.stdout.strip()
 
     first = run(4, 5, 6)
-    assert first.startswith("2 ['miss', 'miss']")
+    assert first.startswith("2 ['miss', 'miss'] 2")
     assert "L['x'].size(0) is dynamic: it was 4" in first
-    # symbolic from its first call, and the stored entry serves sizes it never saw
+    # symbolic from its first call, and the stored entry serves sizes it never
+    # saw; its generated code is shown as a compile's is
     second = run(7, 8)
-    assert second.startswith("1 ['hit']") and "earlier run" in second
+    assert second.startswith("1 ['hit'] 1") and "earlier run" in second
 
 
 def test_an_integer_argument_that_changes_becomes_a_symbol():

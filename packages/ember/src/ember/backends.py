@@ -269,7 +269,7 @@ class _CachedAotBackend:
         """The entry's callable, rebuilt for ``gm``. Its sources and warnings
         name ``gm``'s locations, not those it was stored with: the key leaves
         them out (see ``cache.location_pattern``)."""
-        loaded: list[ember_codegen.CompiledGraph] = []
+        loaded: list[ember_codegen.CompiledGraph | ember_codegen.PerSizeGraph] = []
         moved: dict[str, str] = {}
 
         def load(data: bytes) -> Callable:
@@ -277,9 +277,12 @@ class _CachedAotBackend:
             if kind == b"fx":
                 return pickle.loads(payload)
             if kind == b"per-size":
-                return ember_codegen.load_per_size_graph(
+                per_size = ember_codegen.load_per_size_graph(
                     payload, self.trust.folder("kernels"), self.trust, moved
                 )
+                if per_size.latest is not None:  # a size compiled before
+                    loaded.append(per_size)
+                return per_size
             if kind != b"codegen":
                 raise ValueError(f"unknown compiled-graph kind {kind!r}")
             compiled = ember_codegen.CompiledGraph.from_bytes(

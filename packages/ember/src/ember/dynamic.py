@@ -86,10 +86,12 @@ class DynamicPolicy:
         name = source.name()
         if not isinstance(t, torch.Tensor):
             return self._int_dims(name, t)
-        dims = set(getattr(t, _DYNAMIC_ATTR, {}))
-        state = isinstance(t, torch.nn.Parameter) or isinstance(
-            source, ember_capture.AttrSource
-        )
+        marked = set(getattr(t, _DYNAMIC_ATTR, {}))
+        dims = set(marked)
+        if name not in self._shapes:
+            for d in sorted(marked):
+                self._note(f"{name}.size({d}) is dynamic: marked with mark_dynamic")
+        state = isinstance(t, torch.nn.Parameter) or _reads_state(source)
         if self.mode is True and not state:
             dims.update(range(t.dim()))
         before = self._shapes.get(name)
@@ -97,9 +99,11 @@ class DynamicPolicy:
         if self.mode is None:
             automatic = self._automatic_dims().setdefault(name, set())
             if before is not None and len(before) == t.dim():
-                new = {
-                    d for d, (a, b) in enumerate(zip(before, t.shape)) if a != b
-                } - automatic
+                new = (
+                    {d for d, (a, b) in enumerate(zip(before, t.shape)) if a != b}
+                    - automatic
+                    - marked
+                )
                 for d in sorted(new):
                     self._note(
                         f"{name}.size({d}) is dynamic: it was {before[d]}, "
@@ -160,6 +164,16 @@ class DynamicPolicy:
         self._fixed.setdefault(name, set()).add(_INT if dim is None else dim)
         what = name if dim is None else f"{name}.size({dim})"
         self._note(f"{what} stays fixed: {reason}")
+
+
+def _reads_state(source: ember_capture.Source) -> bool:
+    """Whether ``source`` reads through an attribute (a module's buffer, in
+    ``_buffers['running_mean']``): state, whose sizes ``dynamic=True`` keeps."""
+    while source is not None:
+        if isinstance(source, ember_capture.AttrSource):
+            return True
+        source = getattr(source, "base", None)
+    return False
 
 
 class Remembered:
