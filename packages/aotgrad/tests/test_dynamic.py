@@ -136,6 +136,25 @@ def test_an_op_that_reads_a_size_as_a_number_pins_it():
         torch.testing.assert_close(compiled(x)[0], fn(x)[0])
 
 
+def test_an_in_place_op_on_a_split_view_keeps_the_views_strides():
+    """``unsafe_split`` (as torch.lstm splits its gates) and ``sigmoid_`` on
+    one chunk: the result is the chunk itself, strided, at every size."""
+
+    def fn(x):  # (gates is not read after: unsafe_split's chunks are not views)
+        gates = (x * 1).view(x.size(0), 4, -1)
+        first, _, third, _ = gates.unsafe_split(1, 1)
+        return (first.sigmoid_().sum(1), third.tanh_() * 2)
+
+    compiled = aot_compile(
+        graph_of(fn, 1), [torch.randn(3, 8)], Counting(), dynamic_dims={0: [0]}
+    )
+    assert compiled.specialized is None
+    for n in (3, 5):
+        x = torch.randn(n, 8)
+        for got, want in zip(compiled(x), fn(x)):
+            torch.testing.assert_close(got, want)
+
+
 def test_shape_env_knows_what_holds_for_every_size():
     env = ShapeEnv()
     s0, s1 = env.symbol("s0", 7), env.symbol("s1", 3)

@@ -56,6 +56,10 @@ def run_symbolic(env: ShapeEnv, func, args: tuple, kwargs: dict) -> object:
         layouts = rule_for(func)(env, *args, **kwargs)
         if isinstance(example, torch.Tensor):
             return _build(env, func, layouts, example)
+        if _numbers(example):  # sizes read as ints (aten.size): SymInts
+            return type(example)(
+                _number(env, func, e, x) for e, x in zip(layouts, example)
+            )
         if isinstance(layouts, Layout):
             layouts = [layouts]
         outs = []
@@ -69,6 +73,17 @@ def run_symbolic(env: ShapeEnv, func, args: tuple, kwargs: dict) -> object:
     except Exception as e:  # a rule that does not cover these arguments
         raise NoShapeRule(f"the shape rule of {func} failed: {e}") from e
     return type(example)(outs) if isinstance(example, tuple) else outs
+
+
+def _numbers(example: object) -> bool:
+    return isinstance(example, (list, tuple)) and all(type(v) is int for v in example)
+
+
+def _number(env: ShapeEnv, func, expr: sympy.Expr, example: int) -> object:
+    """A rule's integer output as a SymInt, checked against the example run."""
+    if env.evaluate(sympy.sympify(expr)) != example:
+        raise NoShapeRule(f"the shape rule of {func} gives {expr}, not {example}")
+    return env.sym_int(expr)
 
 
 def _build(env: ShapeEnv, func, layout: Layout | Sequence, example: torch.Tensor):

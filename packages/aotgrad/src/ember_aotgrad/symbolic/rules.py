@@ -1,7 +1,8 @@
 """Shape rules: the symbolic sizes (and, for views, strides) of an aten op's outputs.
 
 A rule gets the op's arguments as traced (tensors with symbolic sizes, SymInts)
-and returns one ``Layout`` per output tensor, in sympy. Rules are registered
+and returns one ``Layout`` per output tensor, in sympy (an op that returns ints,
+``aten.size``, gives their expressions). Rules are registered
 per op overload, or per family (every pointwise op); an op with no rule makes
 the trace specialize (docs/dynamic.md). A rule that must branch on sizes asks
 ``env.decide``, which records the relation it took as a guard.
@@ -55,7 +56,7 @@ def rule_for(func: torch._ops.OpOverload) -> Rule:
     if rule is not None:
         return rule
     if torch.Tag.pointwise in func.tags:
-        return _pointwise
+        return _in_place if func._schema.is_mutable else _pointwise
     raise NoShapeRule(f"no symbolic shape rule for {func}")
 
 
@@ -110,6 +111,11 @@ def _tensors(args: object) -> list[torch.Tensor]:
 
 def _pointwise(env: ShapeEnv, *args, **kwargs) -> Layout:
     return Layout(broadcast(env, *(shape(t) for t in _tensors((args, kwargs)))))
+
+
+def _in_place(env: ShapeEnv, x, *args, **kwargs) -> Layout:
+    """``x.sigmoid_()``: the result is ``x``, a view's strides included."""
+    return Layout(shape(x), strides(x))
 
 
 # -- same sizes as an argument --------------------------------------------------------
@@ -561,3 +567,15 @@ def _group_norm_backward(env, grad, x, mean, rstd, w, *args) -> list[Layout | No
 )
 def _pool_backward(env, grad, x, *args) -> Layout:
     return Layout(shape(x))
+
+
+@shape_rule(aten.size.default)
+def _size(env, x) -> Shape:
+    """``x.size()`` read as a list of ints (torch.lstm's, F.interpolate's):
+    the symbolic sizes themselves."""
+    return shape(x)
+
+
+@shape_rule(aten.stride.default)
+def _stride(env, x) -> Shape:
+    return strides(x)

@@ -189,7 +189,7 @@ def _select(env, x, dim, index) -> Layout:
     return Layout(tuple(sizes), tuple(st))
 
 
-@shape_rule(aten.split.Tensor)
+@shape_rule(aten.split.Tensor, aten.unsafe_split.Tensor)
 def _split(env, x, split_size, dim=0) -> list[Layout]:
     size = shape(x)[_dim(dim, x.dim())]
     chunk = expr_of(split_size)
@@ -201,7 +201,7 @@ def _split(env, x, split_size, dim=0) -> list[Layout]:
     return _split_with_sizes(env, x, sizes, dim)
 
 
-@shape_rule(aten.split_with_sizes.default)
+@shape_rule(aten.split_with_sizes.default, aten.unsafe_split_with_sizes.default)
 def _split_with_sizes(env, x, split_sizes, dim=0) -> list[Layout]:
     sizes, st = shape(x), strides(x)
     d = _dim(dim, len(sizes))
