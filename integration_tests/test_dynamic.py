@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 import warnings
 
 import pytest
@@ -195,6 +196,13 @@ def test_marks_and_policies():
     guards = "\n".join(record.guards)
     assert "L['input'] is Tensor(float32, cpu, size=[s0, 8, s1]" in guards
     assert "L['self'].running_mean is Tensor(float32, cpu, size=[8]," in guards
+    # ... while a tensor held by an argument's attribute is data: symbolic
+    batch = types.SimpleNamespace(xs=[torch.ones(3)])
+    doubled = ember.compile(lambda b: b.xs[0] * 2, dynamic=True)
+    for n in (3, 5):
+        batch.xs[0] = torch.ones(n)
+        assert doubled(batch).shape == (n,)
+    assert _compiles(doubled) == 1
 
 
 def _llama():
@@ -402,6 +410,16 @@ def test_a_shape_compared_with_a_tuple_keeps_its_sizes_symbolic():
     for n in (3, 5):
         x = torch.randn(n, 4)
         torch.testing.assert_close(compiled(x), fn(x))
+    assert compiled.breaks == [] and _compiles(compiled) == 1
+
+    def nested(x, names):  # nested sequences, and lists that hold no size
+        same = [x.shape[0], (1, 2)] == [x.shape[0], (1, 2)]
+        return x + 1 if same and names != None else x  # noqa: E711
+
+    compiled = ember.compile(nested, dynamic=True)
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x, ["a"]), nested(x, ["a"]))
     assert compiled.breaks == [] and _compiles(compiled) == 1
     lstm = torch.nn.LSTM(8, 16, batch_first=True)
     compiled = ember.compile(lstm, dynamic=True)

@@ -8,6 +8,7 @@ from aot_helpers import graph_of, module_fn
 from test_joint import Block  # its mask is built from the sequence length
 
 from ember_aotgrad import aot_compile, trace_to_aten
+from ember_aotgrad.layout import Dynamic
 from ember_aotgrad.symbolic import ShapeEnv
 
 
@@ -134,6 +135,13 @@ def test_an_op_that_reads_a_size_as_a_number_pins_it():
     for shape in [(2, 3, 10), (5, 3, 10), (2, 3, 13)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(compiled(x)[0], fn(x)[0])
+    s0, s1 = (sympy.Symbol(f"s{i}", integer=True, positive=True) for i in range(2))
+    divisible = sympy.Eq(s1, 4 * sympy.floor(s1 / 4))  # pins nothing
+    relations = (sympy.Eq(2 * s0, 20), sympy.Eq(s0, s1), sympy.Eq(0, s1 - 3), divisible)
+    assert Dynamic({"s0": (0, 0), "s1": (0, 1)}, relations).pinned() == {
+        "s0": 10,
+        "s1": 3,
+    }
 
 
 def test_an_in_place_op_on_a_split_view_keeps_the_views_strides():

@@ -3,12 +3,14 @@ it copies: disable, allow_in_graph, set_stance, is_compiling, list_backends,
 and compiling a module in place (compile_module_, as nn.Module.compile())."""
 
 import copy
+import threading
 import warnings
 
 import pytest
 import torch
 
 import ember
+import ember_runtime
 from ember_runtime import RecompileError
 
 
@@ -156,3 +158,43 @@ def test_compile_module_in_place():
     assert twin._compiled_call_impl is not compiled
     with pytest.raises(TypeError, match=r"takes an nn\.Module"):
         ember.compile_module_(lambda x: x)
+
+
+def test_disable_is_per_thread_and_takes_parentheses():
+    compiled = ember.compile(lambda x: x * 2)
+    inside, done = threading.Event(), threading.Event()
+
+    @ember.disable()  # torch's spelling with parentheses: a decorator
+    def waits(x):
+        inside.set()
+        done.wait(timeout=30)
+        return compiled(x)
+
+    worker = threading.Thread(target=waits, args=(torch.randn(3),))
+    worker.start()
+    inside.wait(timeout=30)
+    compiled(torch.randn(3))  # another thread still compiles
+    done.set()
+    worker.join()
+    assert _compiles(compiled) == 1 and compiled.dispatcher.counters.calls == 1
+
+    def fn(x):
+        return x * len(waits_not(x))
+
+    @ember.disable(recursive=False)
+    def waits_not(x):
+        return x.tolist()
+
+    breaks = ember.compile(fn)
+    breaks(torch.randn(2))
+    assert "marked never to be captured" in breaks.breaks[0].reason
+
+
+def test_a_stance_decorator_puts_back_the_stance_it_found():
+    @ember.set_stance("force_eager")
+    def eager_inside():
+        return ember_runtime.get_stance()
+
+    ember.set_stance("fail_on_recompile")
+    assert eager_inside() is ember_runtime.Stance.FORCE_EAGER
+    assert ember_runtime.get_stance() is ember_runtime.Stance.FAIL_ON_RECOMPILE

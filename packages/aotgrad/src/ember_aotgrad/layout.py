@@ -86,16 +86,21 @@ class Dynamic:
         """The symbols a guard fixes to one value (``Eq(s2, 10)``: an op needed
         that size as a number, as max_pool1d's kernel does): the graph serves
         that size only, so a caller had better make the dim static."""
+        import sympy  # (the guards are sympy's: it is loaded already)
+
         pins = {}
         for relation in self.guards:
-            if (
-                getattr(relation, "rel_op", None) == "=="
-                and len(relation.free_symbols) == 1
-            ):
-                (symbol,) = relation.free_symbols
-                side = relation.rhs if relation.lhs == symbol else relation.lhs
-                if getattr(side, "is_Integer", False):
-                    pins[symbol.name] = int(side)
+            if getattr(relation, "rel_op", None) != "==":
+                continue
+            if len(relation.free_symbols) != 1:
+                continue  # Eq(s0, s1) relates two sizes; neither is fixed
+            (symbol,) = relation.free_symbols
+            try:
+                solutions = sympy.solve(relation, symbol)  # Eq(2*s0, 20) too
+            except NotImplementedError:  # Eq(s2, 4*floor(s2/4)): divisibility
+                continue
+            if len(solutions) == 1 and solutions[0].is_Integer:
+                pins[symbol.name] = int(solutions[0])
         return pins
 
     @functools.cached_property

@@ -8,6 +8,7 @@ import argparse
 import os
 import runpy
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -17,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
         description="ember: compile PyTorch programs, and see what compiling did.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("demo", help="compile a transformer block and show the result")
+    demo = commands.add_parser(
+        "demo", help="compile a transformer block and show the result"
+    )
+    demo.add_argument("--report", help="where to write the demo's compile report")
     for name, what in [
         ("explain", "run SCRIPT, then print the explain of every function it compiled"),
         ("report", "run SCRIPT, then write an HTML page about every compile in it"),
@@ -39,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if options.command == "demo":
-        from .demo import main as demo
+        from .demo import main as run_demo
 
-        demo()
+        run_demo(["--report", options.report] if options.report else [])
         return 0
     if options.command == "explain":
         return _explain(options.script, options.args)
@@ -72,7 +76,12 @@ def _report(script: str, args: list[str], output: Path) -> int:
 
 
 def _run(script: str, args: list[str]) -> int:
-    """Run ``script`` as ``python script args`` would; its exit status."""
+    """Run ``script`` as ``python script args`` would; its exit status. A
+    script that raises has its traceback printed and status 1, and what it
+    compiled until then is still reported."""
+    if not os.path.isfile(script):
+        print(f"python -m ember: no such script: {script}", file=sys.stderr)
+        return 2
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -80,15 +89,22 @@ def _run(script: str, args: list[str]) -> int:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         return _status(e.code)
+    except BaseException:
+        traceback.print_exc()
+        return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
 
 
 def _status(code: object) -> int:
+    """``sys.exit(code)``'s status; a message is printed, as Python does."""
     if code is None:
         return 0
-    return code if isinstance(code, int) else 1
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -90,6 +90,9 @@ def _describe(target: Any) -> str:
     """How a report names what ``ember.compile`` was given."""
     if isinstance(target, torch.nn.Module):
         return f"{type(target).__qualname__} (module)"
+    if getattr(target, "__func__", None) is torch.nn.Module._call_impl:
+        owner = type(target.__self__).__qualname__  # compile_module_
+        return f"{owner} (module, compiled in place)"
     code = getattr(getattr(target, "__func__", target), "__code__", None)
     if code is None:
         return repr(target)

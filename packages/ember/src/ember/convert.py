@@ -76,6 +76,7 @@ def make_convert(
     def convert(args: tuple, kwargs: dict) -> Entry | Fallback:
         # Compiling may draw from torch's generators (a stage that runs an op on
         # real tensors); the user's seeded stream must not see it.
+        _guards.clear()  # a compile that ends without an entry has none
         seconds, builds = dict(counters.compile_seconds), _build_seconds()
         results, started, clock = (
             len(log.cache_results),
@@ -91,8 +92,10 @@ def make_convert(
             for stage in sorted(now, key=lambda k: _STAGE_ORDER.get(k, 99))
             if now[stage] > seconds.get(stage, 0.0)
         }
-        if _build_seconds() > builds:
-            spent["c++ build"] = _build_seconds() - builds
+        if _build_seconds() > builds:  # inside codegen: listed after it
+            spent = dict(
+                _after(spent, "codegen", "c++ build", _build_seconds() - builds)
+            )
         record = CompileRecord(
             name,
             started,
@@ -106,10 +109,13 @@ def make_convert(
         return entry
 
     def _convert(args: tuple, kwargs: dict) -> Entry | Fallback:
-        while True:
+        for _ in range(_MAX_RECAPTURES):
             entry = _convert_once(args, kwargs)
             if entry is not None:
                 return entry
+        # each try fixed more sizes; should that ever not end, fix them all
+        policy.disable(f"{_MAX_RECAPTURES} captures each had to fix more sizes")
+        return _convert_once(args, kwargs)
 
     def _convert_once(args: tuple, kwargs: dict) -> Entry | Fallback | None:
         """The entry, or None when symbolic sizes had to be given up: the
@@ -194,6 +200,22 @@ _STAGE_ORDER = {
         ]
     )
 }
+
+
+# Captures of one call (each with more sizes fixed) before all are fixed.
+_MAX_RECAPTURES = 8
+
+
+def _after(items: dict, key: str, new_key: str, value: float):
+    """``items`` with ``new_key: value`` right after ``key`` (else last)."""
+    done = False
+    for k, v in items.items():
+        yield k, v
+        if k == key:
+            yield new_key, value
+            done = True
+    if not done:
+        yield new_key, value
 
 
 def function_name(fn: types.FunctionType) -> str:

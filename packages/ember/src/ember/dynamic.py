@@ -167,11 +167,18 @@ class DynamicPolicy:
 
 
 def _reads_state(source: ember_capture.Source) -> bool:
-    """Whether ``source`` reads through an attribute (a module's buffer, in
-    ``_buffers['running_mean']``): state, whose sizes ``dynamic=True`` keeps."""
+    """Whether ``source`` reads a module's state: through ``_buffers`` or
+    ``_parameters`` (``L['self']._buffers['running_mean']``), or an attribute
+    of ``self`` (a method's module). ``dynamic=True`` keeps its sizes; a tensor
+    in an argument's attribute (``batch.xs[0]``) is data, and gets symbols."""
+    through_attr = False
     while source is not None:
         if isinstance(source, ember_capture.AttrSource):
-            return True
+            if source.attr in ("_buffers", "_parameters"):
+                return True
+            through_attr = True
+        if isinstance(source, ember_capture.LocalSource):
+            return through_attr and source.local == "self"
         source = getattr(source, "base", None)
     return False
 

@@ -22,11 +22,19 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 import ember_codegen
+from ember_runtime import Dispatcher
 
 from .api import CompiledFunction, CompiledModule, compile
 from .backends import CompileLog, CompileRecord
 from .convert import BreakReason, frame_key, function_name
 
+_EMBER_PACKAGES = {
+    "ember",
+    "ember_capture",
+    "ember_aotgrad",
+    "ember_codegen",
+    "ember_runtime",
+}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
 # Frames of compiled code: ember's generated wrappers ("<ember generated ...>"),
@@ -182,8 +190,9 @@ def explain(
     """``explain(fn)(*args, **kwargs)`` compiles and runs ``fn`` once, fresh,
     and answers the four questions (print the result to read them).
 
-    Nothing is shared with other compiled versions of ``fn``; warnings that the
-    compile would print are collected into the result instead. Then it runs
+    Nothing is shared with other compiled versions of ``fn``; the warnings
+    compiling and running would print are silenced (the result holds their
+    reasons: breaks, graphs run by torch). Then it runs
     the compiled and the plain function ``repeat`` more times each on the same
     inputs, for the steady-state times (``repeat=0`` skips that, for a function
     whose side effects must not repeat, such as an optimizer step). Of a
@@ -330,10 +339,32 @@ class _OpCounter(TorchFunctionMode):
         self.ops: Counter[str] = Counter()
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
-        frame = _caller(sys._getframe(1))
-        if frame is not None:
+        result = func(*args, **(kwargs or {}))
+        # ops that make tensors or read their values (not reads of .shape or
+        # .dtype), as the graphs' ops are counted, and only inside a compiled
+        # call
+        made = getattr(func, "__name__", "") in _READS_VALUES or any(
+            isinstance(v, torch.Tensor) for v in pytree.tree_leaves(result)
+        )
+        frame = _caller(sys._getframe(1)) if made else None
+        if frame is not None and _inside_a_compiled_call(frame):
             self.ops[frame_key(frame.f_code, frame.f_globals.get("__name__"))] += 1
-        return func(*args, **(kwargs or {}))
+        return result
+
+
+# Tensor methods that give the values as Python objects: a tensor op as Python.
+_READS_VALUES = {"item", "tolist", "numpy", "__float__", "__int__", "__bool__"}
+
+# The code that runs a compiled call (a dispatcher's entry or its fallback).
+_DISPATCH_CODES = {Dispatcher.__call__.__code__, Dispatcher._miss.__code__}
+
+
+def _inside_a_compiled_call(frame: types.FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code in _DISPATCH_CODES:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _caller(frame: types.FrameType | None) -> types.FrameType | None:
@@ -343,7 +374,8 @@ def _caller(frame: types.FrameType | None) -> types.FrameType | None:
         frame = frame.f_back
     if frame is None or frame.f_code.co_filename.startswith(_EMBER_FILES):
         return None
-    if frame.f_globals.get("__name__", "").startswith("ember"):
+    module = frame.f_globals.get("__name__", "")
+    if module.partition(".")[0] in _EMBER_PACKAGES and module != "ember.demo":
         return None
     return frame
 

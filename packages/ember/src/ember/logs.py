@@ -50,11 +50,20 @@ def set_logs(**enabled: bool | int) -> None:
         if on is True:
             on = logging.INFO
         logger.setLevel(on if on else logging.WARNING)
+        ours = [h for h in logger.handlers if isinstance(h, _Handler)]
         if on and not logger.handlers:
-            handler = logging.StreamHandler()
+            handler = _Handler()
             handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
             logger.addHandler(handler)
             logger.propagate = False  # printed once, by this handler
+        elif not on and ours:  # as it was before set_logs turned it on
+            for handler in ours:
+                logger.removeHandler(handler)
+            logger.propagate = True
+
+
+class _Handler(logging.StreamHandler):
+    """The stderr handler set_logs adds (and removes when it turns a log off)."""
 
 
 def apply_environment() -> None:

@@ -51,8 +51,7 @@ def watched(function: str) -> Iterator[None]:
     def say() -> None:
         where = stages[-1] if stages else "capture"
         progress.warning(
-            "ember: compiling %s is taking a while (%.1f s so far, now in %s); "
-            "the result is cached, so later runs skip this",
+            "ember: compiling %s is taking a while (%.1f s so far, now in %s)",
             function,
             time.perf_counter() - start,
             where,

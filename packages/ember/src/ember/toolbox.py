@@ -24,11 +24,12 @@ F = TypeVar("F", bound=Callable)
 def disable(fn: F | None = None, recursive: bool = True) -> Any:
     """``fn`` never captured: a call of it from compiled code is a graph break
     and runs as Python, and compiling it runs it as it is. With ``recursive``
-    (the default) the functions it calls are not compiled either, compiled ones
-    included. Without ``fn``, a context manager (and decorator) in which every
-    compiled function runs as Python."""
+    (the default) the compiled functions it calls, in this thread, run as
+    Python too. Without ``fn`` (``ember.disable()``), both a decorator that
+    does the same and a context manager in which every compiled function this
+    thread calls runs as Python."""
     if fn is None:
-        return _Eagerly()
+        return _Disable(recursive)
 
     @functools.wraps(fn)
     def never_captured(*args: Any, **kwargs: Any) -> Any:
@@ -40,9 +41,16 @@ def disable(fn: F | None = None, recursive: bool = True) -> Any:
     return ember_capture.never_capture(never_captured)
 
 
-class _Eagerly(ContextDecorator):
-    def __init__(self) -> None:
-        self._blocks: list = []  # one per entered block (a decorated call may recurse)
+class _Disable:
+    """What ``ember.disable()`` gives: a decorator (as ``ember.disable(fn)``)
+    and a context manager."""
+
+    def __init__(self, recursive: bool) -> None:
+        self.recursive = recursive
+        self._blocks: list = []  # one per entered block, innermost last
+
+    def __call__(self, fn: F) -> F:
+        return disable(fn, self.recursive)
 
     def __enter__(self) -> None:
         block = ember_runtime.eagerly()
@@ -67,23 +75,40 @@ class set_stance(ContextDecorator):  # torch's name: it is called as a function
     (entries that match still run); ``"fail_on_recompile"``: it raises
     ``ember_runtime.RecompileError`` naming the guard; ``"default"``.
 
-    Takes effect when called, for every thread; as a context manager or
-    decorator, the previous stance comes back at the end of the block."""
+    Takes effect when called, for every thread; as a context manager, the
+    stance before the call comes back at the end of the block. As a
+    decorator it changes nothing until the function runs; each call then
+    sets the stance and puts back the one it found."""
 
     def __init__(self, stance: str = "default") -> None:
         self._previous = ember_runtime.set_stance(stance)
         self._stance = ember_runtime.get_stance()
 
     def __call__(self, fn: F) -> F:
-        # As a decorator it changes nothing until the function runs.
         ember_runtime.set_stance(self._previous)
         return super().__call__(fn)
+
+    def _recreate_cm(self) -> _StanceBlock:
+        return _StanceBlock(self._stance)  # one per call of a decorated function
 
     def __enter__(self) -> None:
         ember_runtime.set_stance(self._stance)
 
     def __exit__(self, *exc: object) -> None:
         ember_runtime.set_stance(self._previous)
+
+
+class _StanceBlock:
+    """One call of a function decorated with set_stance."""
+
+    def __init__(self, stance: ember_runtime.Stance) -> None:
+        self.stance = stance
+
+    def __enter__(self) -> None:
+        self._found = ember_runtime.set_stance(self.stance)
+
+    def __exit__(self, *exc: object) -> None:
+        ember_runtime.set_stance(self._found)
 
 
 def is_compiling() -> bool:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .counters import Counters
-from .stance import STATE, RecompileError, Stance
+from .stance import STATE, THREAD, RecompileError, Stance
 
 # The recompiles channel of ember's logs (EMBER_LOGS=recompiles).
 recompiles = logging.getLogger("ember.recompiles")
@@ -93,7 +93,7 @@ class Dispatcher:
         return self._entries
 
     def __call__(self, *args: object, **kwargs: object) -> object:
-        if STATE.eager:
+        if STATE.force_eager or THREAD.depth:
             return self.fn(*args, **kwargs)
         counters = self.counters
         counters.calls += 1
@@ -137,7 +137,9 @@ class Dispatcher:
             # for a recompile, or the limit's one warning.
             at_limit = len(self._entries) >= self.recompile_limit
             wanted = not self._warned if at_limit else not self._gave_up
-            stance = STATE.stance if self._entries else Stance.DEFAULT
+            # the stance changes only a miss that would compile again
+            would_compile = bool(self._entries) and not at_limit and not self._gave_up
+            stance = STATE.stance if would_compile else Stance.DEFAULT
             wanted = wanted or stance is Stance.FAIL_ON_RECOMPILE
             reason = (
                 self._entries[0].failure(f_locals) if wanted and self._entries else None

@@ -1,14 +1,15 @@
 """The compiler's stance: what every dispatcher does on a call, process-wide.
 
-``FORCE_EAGER`` (or an ``eagerly()`` block) runs each function as it is;
-``EAGER_ON_RECOMPILE`` and ``FAIL_ON_RECOMPILE`` change only a miss that would
-compile again (an entry exists, none matches). One setting for all threads,
-as torch.compiler.set_stance's.
+``FORCE_EAGER`` runs each function as it is (and so does an ``eagerly()``
+block, in its thread); ``EAGER_ON_RECOMPILE`` and ``FAIL_ON_RECOMPILE`` change
+only a miss that would compile again (an entry exists, none matches). The
+stance is one setting for all threads, as torch.compiler.set_stance's.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,14 +27,15 @@ class RecompileError(RuntimeError):
 
 class _State:
     stance = Stance.DEFAULT
-    depth = 0  # eagerly() blocks entered and not left
-    eager = False  # read on every call: FORCE_EAGER, or inside eagerly()
+    force_eager = False  # read on every call: the stance is FORCE_EAGER
 
-    def update(self) -> None:
-        self.eager = self.stance is Stance.FORCE_EAGER or self.depth > 0
+
+class _Thread(threading.local):
+    depth = 0  # eagerly() blocks this thread entered and has not left
 
 
 STATE = _State()
+THREAD = _Thread()
 
 
 def set_stance(stance: Stance | str) -> Stance:
@@ -45,7 +47,7 @@ def set_stance(stance: Stance | str) -> Stance:
         valid = ", ".join(repr(s.value) for s in Stance)
         raise ValueError(f"unknown stance {stance!r}; valid stances: {valid}") from None
     old, STATE.stance = STATE.stance, new
-    STATE.update()
+    STATE.force_eager = new is Stance.FORCE_EAGER
     return old
 
 
@@ -55,11 +57,10 @@ def get_stance() -> Stance:
 
 @contextmanager
 def eagerly() -> Iterator[None]:
-    """Every compiled function called inside the block runs as Python."""
-    STATE.depth += 1
-    STATE.update()
+    """Every compiled function this thread calls inside the block runs as
+    Python (other threads keep compiling, as with torch.compiler.disable)."""
+    THREAD.depth += 1
     try:
         yield
     finally:
-        STATE.depth -= 1
-        STATE.update()
+        THREAD.depth -= 1

@@ -362,6 +362,8 @@ def _equal(tx, a: Value, b: Value) -> bool:
             same = truth(tx, tx.output.call_size_op(operator.eq, [x, y]))
         elif isinstance(x, ConstValue) and isinstance(y, ConstValue):
             same = x.value == y.value
+        elif isinstance(x, sequences) and isinstance(y, sequences):
+            same = _equal(tx, x, y)
         else:
             raise tx.unsupported(f"{describe_value(a)} == {describe_value(b)}")
         if not same:
@@ -369,12 +371,25 @@ def _equal(tx, a: Value, b: Value) -> bool:
     return True
 
 
-# Operators on lists, tuples and dicts: new containers, or (the augmented forms
-# on a list or dict) the same one changed in place, as Python does; == and !=
-# of sequences holding sizes.
-SEQUENCE_OPS = {
+# == and != of sequences holding symbolic sizes (others fold as constants).
+SIZE_COMPARISONS = {
     operator.eq: lambda tx, a, b: ConstValue(_equal(tx, a, b)),
     operator.ne: lambda tx, a, b: ConstValue(not _equal(tx, a, b)),
+}
+
+
+def holds_sizes(args) -> bool:
+    """Whether a binary operator compares sequences with a symbolic size."""
+    return len(args) == 2 and any(
+        isinstance(a, (TupleValue, ListValue))
+        and any(isinstance(i, SymIntValue) for i in a.items)
+        for a in args
+    )
+
+
+# Operators on lists, tuples and dicts: new containers, or (the augmented forms
+# on a list or dict) the same one changed in place, as Python does.
+SEQUENCE_OPS = {
     operator.add: _concat,
     operator.mul: _repeat,
     operator.iadd: _extend_in_place,

@@ -61,7 +61,7 @@ from ..variables import (
     Value,
     peek,
 )
-from .containers import SEQUENCE_OPS, is_sequence_op
+from .containers import SEQUENCE_OPS, SIZE_COMPARISONS, holds_sizes, is_sequence_op
 
 if TYPE_CHECKING:
     from ..bytecode_interp import Interpreter
@@ -197,6 +197,8 @@ def call_object(tx: Interpreter, fn: Value, args, kwargs) -> Value:
         return FloatExprValue(target, tuple(args))
     if target in SIZE_ARITHMETIC and _on_sizes(args, kwargs):
         return tx.output.call_size_op(target, args)
+    if target in SIZE_COMPARISONS and not kwargs and holds_sizes(args):
+        return SIZE_COMPARISONS[target](tx, *args)
     if target in PURE_FUNCTIONS and _all_constant(args, kwargs):
         return fold(tx, target, args, kwargs)
     if target in SEQUENCE_OPS and is_sequence_op(args):
