@@ -120,6 +120,15 @@ def test_the_command_line_runs_a_script_with_its_arguments(tmp_path):
     assert "3. Recompiles: 1" in out.stdout
 
 
+def test_the_demo_runs_from_the_command_line(tmp_path):
+    out = _run_cli(tmp_path, "demo", "--report", "demo.html")
+    assert out.returncode == 0, out.stderr
+    for line in ("correct ", "speed ", "compile ", "graphs ", "report "):
+        assert f"\n{line}" in out.stdout
+    assert "demo.html" in out.stdout and (tmp_path / "demo.html").exists()
+    assert "Warning" not in out.stderr  # no warnings of other libraries
+
+
 def test_headless_chromium_renders_the_page(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
