@@ -163,6 +163,29 @@ def test_an_in_place_op_on_a_split_view_keeps_the_views_strides():
             torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (torch.roll(x, 3, -1) * 2,),
+        lambda x: (torch.nn.functional.glu(x, -1) + 1,),
+        lambda x: (torch.nn.functional.adaptive_max_pool1d(x[None], 3)[0] + 1,),
+    ],
+    ids=["roll", "glu", "adaptive_max_pool"],
+)
+def test_rules_of_ops_a_user_found_specializing(fn):
+    """roll, glu and adaptive max pooling (forward and backward) keep their
+    sizes symbolic."""
+    x0 = torch.randn(3, 8, requires_grad=True)
+    compiled = aot_compile(graph_of(fn, 1), [x0], Counting(), dynamic_dims={0: [0, 1]})
+    assert compiled.specialized is None
+    for n, m in [(3, 8), (5, 10)]:
+        x = torch.randn(n, m, requires_grad=True)
+        got, want = compiled(x)[0], fn(x)[0]
+        torch.testing.assert_close(got, want)
+        grads = [torch.autograd.grad(out.sum(), x)[0] for out in (got, want)]
+        torch.testing.assert_close(*grads)
+
+
 def test_shape_env_knows_what_holds_for_every_size():
     env = ShapeEnv()
     s0, s1 = env.symbol("s0", 7), env.symbol("s1", 3)

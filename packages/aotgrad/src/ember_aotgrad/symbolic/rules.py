@@ -150,7 +150,25 @@ shape_rule(
     aten.scatter_add.default,
     aten.index_put.default,
     aten.lift_fresh_copy.default,
+    aten.roll.default,
 )(_like_first)
+
+
+@shape_rule(aten.glu_backward.default, aten.adaptive_max_pool2d_backward.default)
+def _input_gradient(env, grad, x, *args) -> Layout:
+    """A backward whose gradient has its input's sizes."""
+    return Layout(shape(x))
+
+
+@shape_rule(aten.glu.default)
+def _glu(env, x, dim=-1) -> Layout:
+    """Half of ``dim``, which must be even (eager raises otherwise)."""
+    sizes = list(shape(x))
+    d = dim % len(sizes)
+    if not env.decide(sympy.Eq(sympy.Mod(sizes[d], 2), 0)):
+        raise NoShapeRule("glu of an odd size")
+    sizes[d] = sizes[d] // 2
+    return Layout(tuple(sizes))
 
 
 @shape_rule(
@@ -487,6 +505,12 @@ def _avg_pool2d(env, x, kernel, stride=(), padding=0, ceil_mode=False, *args):
 @shape_rule(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(env, x, output_size) -> Layout:
     return Layout((*shape(x)[:-2], *_exprs(output_size)))
+
+
+@shape_rule(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool2d(env, x, output_size) -> list[Layout]:
+    out = _adaptive_avg_pool2d(env, x, output_size)
+    return [out, out]  # the values and their indices
 
 
 def _pair(value) -> tuple:
