@@ -143,7 +143,8 @@ def test_guards_print_and_fail_with_reasons():
             3,
             True,
         ),
-        "L['x']: size changed from [2, 3] to [3, 2]": (torch.randn(3, 2), 3, True),
+        "L['x']: size changed from [2, 3] to [3, 2]"
+        " (size(0): 2 -> 3, size(1): 3 -> 2)": (torch.randn(3, 2), 3, True),
         "L['x']: stride changed from [3, 1] to [1, 2]": (
             x.t().contiguous().t(),
             3,

@@ -320,7 +320,7 @@ def test_explain_answers_the_four_questions():
     assert out.recompiles == []
     assert out.history[1] == (
         f"breaks_then_sums ({__file__}:{line}): L['x']: size changed from "
-        "[4, 4] to [5, 4]"
+        "[4, 4] to [5, 4] (size(0): 4 -> 5)"
     )
     # (4) compile seconds per stage against steady state
     assert {"capture", "aotgrad", "codegen"} <= set(out.stage_seconds())
@@ -519,7 +519,7 @@ def test_guards_run_in_the_runtime_checker():
     assert entry.check({"x": x, "w": w, "b": b})
     assert not entry.check({"x": x.double(), "w": w, "b": b})
     assert entry.failure({"x": x[:2], "w": w, "b": b}) == (
-        "L['x']: size changed from [4, 3] to [2, 3]"
+        "L['x']: size changed from [4, 3] to [2, 3] (size(0): 4 -> 2)"
     )
 
 

@@ -218,8 +218,8 @@ def test_recompile_limit_names_the_failing_tensor_guard_with_values():
     for n in range(1, 4):
         d(torch.zeros(n))
     assert d.recompile_reasons == [
-        "L['x']: size changed from [1] to [2]",
-        "L['x']: size changed from [2] to [3]",
+        "L['x']: size changed from [1] to [2] (size(0): 1 -> 2)",
+        "L['x']: size changed from [2] to [3] (size(0): 2 -> 3)",
     ]
     with pytest.warns(UserWarning, match=r"size changed from \[3\] to \[4\]"):
         out = d(torch.zeros(4))

@@ -144,7 +144,7 @@ def test_failure_names_the_guard_with_old_and_new_value(native):
         "L['v1']: dtype changed from torch.float32 to torch.float64"
     )
     assert check.failure({"v0": x.t(), "v1": x}) == (
-        "L['v0']: size changed from [2, 3] to [3, 2]"
+        "L['v0']: size changed from [2, 3] to [3, 2] (size(0): 2 -> 3, size(1): 3 -> 2)"
     )
     assert check.failure({"v0": x, "v1": x.t().contiguous().t()}) == (
         "L['v1']: stride changed from [3, 1] to [1, 2]"

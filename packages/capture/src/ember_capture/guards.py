@@ -275,7 +275,8 @@ def _tensor_difference(value: object, spec: TensorSpec) -> str:
                 return spec.size_difference(new, value.stride())
             continue
         if (tuple(new) if field == "shape" else new) != old:
-            return f"{label} changed from {_fmt(old)} to {_fmt(new)}"
+            dims = _dims_changed(old, tuple(new)) if field == "shape" else ""
+            return f"{label} changed from {_fmt(old)} to {_fmt(new)}{dims}"
     return f"stride changed from {list(spec.stride)} to {list(value.stride())}"
 
 
@@ -315,6 +316,16 @@ def module_has_only_forward_hooks(module: torch.nn.Module) -> bool:
         or nn_module._global_backward_hooks
         or nn_module._global_backward_pre_hooks
     )
+
+
+def _dims_changed(old: tuple[int, ...], new: tuple[int, ...]) -> str:
+    """`` (size(0): 4 -> 5)``: the dims that changed, when the rank did not."""
+    if len(old) != len(new):
+        return ""
+    dims = [
+        f"size({d}): {a} -> {b}" for d, (a, b) in enumerate(zip(old, new)) if a != b
+    ]
+    return f" ({', '.join(dims)})"
 
 
 def _fmt(v: object) -> str:

@@ -69,7 +69,10 @@ class TensorCheck:
             if new != old:
                 return f"{field} changed from {old} to {new}"
         if tuple(value.shape) != self.shape:
-            return f"size changed from {list(self.shape)} to {list(value.shape)}"
+            return (
+                f"size changed from {list(self.shape)} to {list(value.shape)}"
+                f"{_dims_changed(self.shape, tuple(value.shape))}"
+            )
         return f"stride changed from {list(self.stride)} to {list(value.stride())}"
 
 
@@ -187,3 +190,13 @@ def _qualname(t: type) -> str:
 
 def _describe(e: Exception) -> str:
     return f"{type(e).__name__}: {e}"
+
+
+def _dims_changed(old: tuple[int, ...], new: tuple[int, ...]) -> str:
+    """`` (size(0): 4 -> 5)``: the dims that changed, when the rank did not."""
+    if len(old) != len(new):
+        return ""
+    dims = [
+        f"size({d}): {a} -> {b}" for d, (a, b) in enumerate(zip(old, new)) if a != b
+    ]
+    return f" ({', '.join(dims)})"
