@@ -199,7 +199,9 @@ class PerSizeGraph:
         compiled = self.compiled.get(self._key(inputs))
         if compiled is None:
             compiled = self._compile(list(inputs))
-        return compiled(*tensor_inputs(inputs))
+        if self.ints:  # the specialized graph takes the tensors only
+            return compiled(*tensor_inputs(inputs))
+        return compiled(*inputs)
 
     def _key(self, inputs: Sequence[object]) -> tuple:
         key = [inputs[i].shape[d] for i, d in self.sizes]

@@ -312,10 +312,7 @@ class GraphCache:
         that fails its checksum, with a warning; an entry that does not decode
         or rebuild (another format, kernels that no longer build) is deleted
         here, with the same warning. The caller then compiles and stores anew."""
-        try:
-            data = self.store.get(key)
-        except OSError:  # an unreadable folder: compile, as for a miss
-            return None
+        data = _stored(self.store, key)
         if data is None:
             return None
         try:
@@ -373,10 +370,7 @@ class MetaResultsCache:
         checked: the store deletes a file that fails its checksum, and entries
         that are not meta results (``check_meta_results``) are deleted here,
         both with a warning, rather than fail every capture that replays them."""
-        try:
-            data = self.store.get(key)
-        except OSError:
-            return {}
+        data = _stored(self.store, key)
         if data is None:
             return {}
         try:
@@ -407,10 +401,7 @@ class DynamicDimsCache:
     def load(self, fn: types.FunctionType) -> dict[str, set[int]]:
         """The dims stored for ``fn``; {} when none (or unreadable)."""
         key = self._key(fn)
-        try:
-            data = self.store.get(key)
-        except OSError:
-            return {}
+        data = _stored(self.store, key)
         if data is None:
             return {}
         try:
@@ -429,6 +420,15 @@ class DynamicDimsCache:
     @staticmethod
     def _key(fn: types.FunctionType) -> str:
         return _function_key(fn, "dynamic-dims")
+
+
+def _stored(store: ArtifactStore, key: str) -> bytes | None:
+    """The entry under ``key``; None when absent, damaged or unreadable (an
+    unreadable folder is a miss: compile, as for one)."""
+    try:
+        return store.get(key)
+    except OSError:
+        return None
 
 
 def _function_key(fn: types.FunctionType, kind: str, **parts: str) -> str:

@@ -93,7 +93,7 @@ class Dispatcher:
         return self._entries
 
     def __call__(self, *args: object, **kwargs: object) -> object:
-        if STATE.force_eager or THREAD.depth:
+        if STATE.maybe_eager and (STATE.force_eager or THREAD.depth):
             return self.fn(*args, **kwargs)
         counters = self.counters
         counters.calls += 1

@@ -27,7 +27,14 @@ class RecompileError(RuntimeError):
 
 class _State:
     stance = Stance.DEFAULT
-    force_eager = False  # read on every call: the stance is FORCE_EAGER
+    force_eager = False  # the stance is FORCE_EAGER
+    blocks = 0  # eagerly() blocks entered and not left, over all threads
+    # Read on every call: force_eager, or some thread is in an eagerly() block
+    # (only then is the thread-local depth read).
+    maybe_eager = False
+
+    def update(self) -> None:
+        self.maybe_eager = self.force_eager or self.blocks > 0
 
 
 class _Thread(threading.local):
@@ -36,6 +43,7 @@ class _Thread(threading.local):
 
 STATE = _State()
 THREAD = _Thread()
+_blocks_lock = threading.Lock()
 
 
 def set_stance(stance: Stance | str) -> Stance:
@@ -48,6 +56,7 @@ def set_stance(stance: Stance | str) -> Stance:
         raise ValueError(f"unknown stance {stance!r}; valid stances: {valid}") from None
     old, STATE.stance = STATE.stance, new
     STATE.force_eager = new is Stance.FORCE_EAGER
+    STATE.update()
     return old
 
 
@@ -59,8 +68,16 @@ def get_stance() -> Stance:
 def eagerly() -> Iterator[None]:
     """Every compiled function this thread calls inside the block runs as
     Python (other threads keep compiling, as with torch.compiler.disable)."""
+    _count_block(1)
     THREAD.depth += 1
     try:
         yield
     finally:
         THREAD.depth -= 1
+        _count_block(-1)
+
+
+def _count_block(step: int) -> None:
+    with _blocks_lock:
+        STATE.blocks += step
+        STATE.update()
