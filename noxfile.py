@@ -4,6 +4,8 @@ and lint. Each stage's session installs that stage alone, so the layering is rea
 from __future__ import annotations
 
 import shutil
+import zipfile
+from pathlib import Path
 
 import nox
 
@@ -20,7 +22,7 @@ OPINFO_TOOLS = ("expecttest==0.3.0",)
 STAGES = ("capture", "aotgrad", "codegen", "runtime")
 ALL_PACKAGES = (*STAGES, "ember")
 
-nox.options.sessions = [*STAGES, "ember", "integration", "lint"]
+nox.options.sessions = [*STAGES, "ember", "integration", "lint", "build"]
 
 
 def install(session: nox.Session, *packages: str, tools=TEST_TOOLS) -> None:
@@ -46,6 +48,8 @@ def _stage_session(stage: str):
             "sys.exit(f'other ember packages installed: {found}' if found else 0)",
         )
         session.run("pytest", f"packages/{stage}/tests", *session.posargs)
+        # The README's examples, run with only this stage installed.
+        session.run("python", "tools/run_readme.py", f"packages/{stage}/README.md")
 
     return run
 
@@ -65,6 +69,9 @@ def ember(session: nox.Session) -> None:
         session.run("apt-get", "update", "-q", **quiet)
         session.run("apt-get", "install", "-y", "-q", "chromium", **quiet)
     session.run("pytest", "packages/ember/tests", *session.posargs)
+    session.run(
+        "python", "tools/run_readme.py", "packages/ember/README.md", "README.md"
+    )
 
 
 @nox.session
@@ -101,6 +108,46 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports")
     session.run("python", "tools/check_torch_internals.py", "packages")
     session.run("pytest", "tools/tests")
+
+
+# What a fresh virtualenv checks after installing the five wheels: that the
+# runtime's guards run in C++ from the wheel, and that torch finds the backend.
+_INSTALLED = """
+import importlib.metadata, ember_runtime
+assert ember_runtime.native_available(), "the runtime wheel lacks its C++ guards"
+(point,) = importlib.metadata.entry_points(group="torch_dynamo_backends", name="ember")
+print("installed:", point.value, "; C++ guards: yes")
+"""
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """An sdist and a wheel of each package (``python -m build``), their metadata
+    checked (``twine check``), the wheels installed into a fresh virtualenv (not
+    editable), and the demo run there. The wheels are left in ``dist/``."""
+    session.install("build", "twine")
+    dist = Path("dist").resolve()
+    shutil.rmtree(dist, ignore_errors=True)
+    for package in ALL_PACKAGES:
+        session.run(
+            "python", "-m", "build", "--outdir", str(dist), f"packages/{package}"
+        )
+    built = sorted(str(p) for p in dist.iterdir())
+    session.run("twine", "check", "--strict", *built)
+    runtime_wheel = next(p for p in built if "ember_runtime" in p and p.endswith("whl"))
+    with zipfile.ZipFile(runtime_wheel) as wheel:
+        if not any("_guards" in n and n.endswith(".so") for n in wheel.namelist()):
+            session.error(f"{runtime_wheel} does not carry the C++ guard extension")
+    venv = Path(session.create_tmp()) / "wheels-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run("python", "-m", "venv", str(venv))
+    python = str(venv / "bin" / "python")
+    wheels = [p for p in built if p.endswith(".whl")]
+    session.run(
+        python, "-m", "pip", "install", "-q", TORCH, "numpy", *wheels, external=True
+    )
+    session.run(python, "-c", _INSTALLED, external=True)
+    session.run(python, "-m", "ember.demo", external=True)
 
 
 @nox.session

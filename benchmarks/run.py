@@ -14,8 +14,11 @@ training step runs the forward and the backward (gradients set to None between
 steps, as an optimizer's zero_grad does). Run with `nox -s bench` (or `python
 benchmarks/run.py`); ``--profile`` also prints where ember's time goes in each
 workload, per kernel and library call (``ember.profile``); ``--only TEXT`` runs
-the workloads whose name contains TEXT. The last column compares ember's result
-(outputs, or the training step's gradients) with eager's.
+the workloads whose name contains TEXT. The "tc+ember" columns are
+``torch.compile(fn, backend="ember")``: torch's capture with ember's aotgrad and
+codegen, to set beside Inductor's on the same captured graphs. The last column
+is the largest difference of ember's results (outputs, or the training step's
+gradients; both ember columns) from eager's.
 """
 
 from __future__ import annotations
@@ -93,6 +96,19 @@ def measure(workload: Workload, repeats: int, reference: bool, profile: bool):
             tc = _runner(workload, fn, torch.compile)
             cold["torch.compile"] = first_call_seconds(tc, inputs)
             calls["torch.compile"] = (tc, inputs)
+            # torch's capture with ember's aotgrad and codegen: against the
+            # torch.compile column, ember's code generation against Inductor's
+            # on the same captured graphs.
+            # Its own cache folder, so its cold compile builds its own kernels.
+            options = {"cache_dir": os.environ["EMBER_CACHE_DIR"] + "-tc"}
+            tc_ember = _runner(
+                workload,
+                fn,
+                lambda f: torch.compile(f, backend="ember", options=options),
+            )
+            cold["tc+ember"] = first_call_seconds(tc_ember, inputs)
+            error = max(error, _max_error(tc_ember(*inputs), want))
+            calls["tc+ember"] = (tc_ember, inputs)
         ms = interleaved_ms(calls, repeats)
         report = _profile(compiled, inputs, repeats) if profile else None
     return ms, cold, error, report
@@ -172,9 +188,10 @@ def main() -> None:
 
     header = "| workload | eager ms | ember ms | eager/ember |"
     if reference:
-        header += " torch.compile ms | eager/tc |"
-    for kind in ("cold", "warm"):
-        header += "".join(f" {c} {kind} s |" for c in compilers)
+        header += " torch.compile ms | eager/tc | tc+ember ms | eager/tc+ember |"
+    header += "".join(f" {c} cold s |" for c in compilers)
+    header += " tc+ember cold s |" if reference else ""
+    header += "".join(f" {c} warm s |" for c in compilers)
     header += " max rel. error |"
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
@@ -192,9 +209,10 @@ def main() -> None:
             eager, mine = ms["eager"], ms["ember"]
             line = f"| {name} | {eager:.3f} | {mine:.3f} | {eager / mine:.2f} |"
             if reference:
-                tc_ms = ms["torch.compile"]
-                line += f" {tc_ms:.3f} | {eager / tc_ms:.2f} |"
+                for variant in ("torch.compile", "tc+ember"):
+                    line += f" {ms[variant]:.3f} | {eager / ms[variant]:.2f} |"
             line += "".join(f" {cold[c]:.2f} |" for c in compilers)
+            line += f" {cold['tc+ember']:.2f} |" if reference else ""
             line += "".join(f" {warm_start_seconds(name, c):.2f} |" for c in compilers)
             print(line + f" {error:.1e} |", flush=True)
             if report is not None:

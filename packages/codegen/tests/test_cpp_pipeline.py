@@ -41,6 +41,26 @@ def test_mm_add_relu_epilogue_fuses_into_one_loop(cpp):
     assert compiled.loops()[0].ops == ("aten.add.Tensor", "aten.relu.default")
 
 
+def test_kernel_source_is_one_kernel_without_the_preamble(cpp):
+    def fn(x, w):
+        y = aten.mm.default(x, w)
+        return (aten.relu.default(y), aten.sum.dim_IntList(aten.exp.default(x), [0]))
+
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    compiled = cpp(fn, x, w)
+    names = [k.name for k in compiled.loops()]
+    assert len(names) == 2
+    for name in names:
+        text = compiled.kernel_source(name)
+        assert text.startswith(f"// {name}: aten.")
+        assert f'extern "C" void {name}(' in text
+        assert "#include" not in text and text in compiled.cpp_source
+        (other,) = set(names) - {name}
+        assert f" void {other}(" not in text
+    with pytest.raises(KeyError, match="no generated kernel named 'kernel9'"):
+        compiled.kernel_source("kernel9")
+
+
 def chain10(x, y):
     z = aten.mul.Tensor(x, 1.5)
     z = aten.add.Tensor(z, y)

@@ -127,6 +127,15 @@ class CompiledGraph:
         """The generated loop kernels, in call order."""
         return [k for k in self.kernels if k.kind == "loop"]
 
+    def kernel_source(self, name: str) -> str:
+        """The C++ of the generated loop kernel ``name`` (one of ``loops()``),
+        without the preamble the translation unit starts with. KeyError if the
+        graph has no such kernel."""
+        for part in self.cpp_source.split(f"\n{KERNEL_BREAK}\n")[1:]:
+            if f" void {name}(" in part:
+                return part.strip() + "\n"
+        raise KeyError(f"no generated kernel named {name!r}")
+
     def externs(self) -> list[KernelInfo]:
         """The library calls (matmul, convolution), in call order."""
         return [k for k in self.kernels if k.kind == "extern"]

@@ -170,9 +170,14 @@ class _CachedAotBackend:
     repeats the warnings compiling gave; a miss compiles and stores the result.
     A graph with symbolic sizes (capture's ``gm.meta["dynamic_dims"]``) is
     traced with them, and its entry serves every size (docs/dynamic.md).
+
+    ``guarded``: whether the caller's guards check the inputs' metadata and the
+    relations between sizes that aotgrad assumed (ember.compile's do); when not
+    (torch.compile's guards know only their own), the compiled code checks them.
     """
 
     handles_symbolic_sizes = True
+    guarded = True
 
     def __init__(
         self,
@@ -217,6 +222,7 @@ class _CachedAotBackend:
         return {
             "backend": self.name,
             "codegen_target": self.config.codegen_target,
+            "guarded": str(self.guarded),
             "decompositions": ",".join(rules),
         }
 
@@ -228,7 +234,7 @@ class _CachedAotBackend:
         notes: list[Note] = []
         # The forward's inputs are the guarded ones; the backward's (saved tensors,
         # tangents) are not guarded, so its compiled code checks them itself.
-        forward = self.make_compiler(notes, True)
+        forward = self.make_compiler(notes, self.guarded)
         backward = self.make_compiler(notes, False)
         try:
             with _exclusive(self.counters, "aotgrad", "codegen"):
@@ -239,7 +245,7 @@ class _CachedAotBackend:
                     backward,
                     dynamic_dims=gm.meta.get("dynamic_dims"),
                 )
-            compiled.check_inputs = False  # the guards check requires_grad
+            compiled.check_inputs = not self.guarded  # guards check requires_grad
         except ember_aotgrad.AotGradError as e:
             # The torch-level graph still runs correctly under torch's autograd.
             # (torch.fx appends the failing node to the message: keep the reason.)
@@ -299,7 +305,7 @@ class _CachedAotBackend:
             if entry.kind is EntryKind.AS_CAPTURED:
                 return gm
             loaded_aot = ember_aotgrad.load_compiled_aot(entry.payload, gm, load)
-            loaded_aot.check_inputs = False  # the guards check requires_grad
+            loaded_aot.check_inputs = not self.guarded
             return loaded_aot
 
         found = self.cache.load(key, rebuild)
