@@ -232,3 +232,29 @@ def test_an_integer_input_is_a_symbol():
             torch.testing.assert_close(got, want)
     assert not compiled.dynamic.holds([torch.randn(3, 9), 10])  # s0 <= 9
     assert len(compiler.graphs) == 1
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_size_the_graph_returns_is_computed_for_each_call(requires_grad):
+    """torch.compile's graphs return sizes (``s0 * 2``) beside tensors: the
+    compiled graph must return this call's value, never the trace's symbol."""
+
+    def fn(x, w):
+        return (x @ w, x.shape[0] * 2, x.shape[0] // 3 + x.shape[1])
+
+    compiler = Counting()
+    w = torch.randn(6, 4, requires_grad=requires_grad)
+    compiled = aot_compile(
+        graph_of(fn, 2), [torch.randn(5, 6), w], compiler, dynamic_dims={0: (0,)}
+    )
+    for rows in (5, 7, 12):
+        x = torch.randn(rows, 6)
+        out, doubled, mixed = compiled(x, w)
+        assert (doubled, mixed) == (rows * 2, rows // 3 + 6)
+        assert type(doubled) is int and type(mixed) is int
+        torch.testing.assert_close(out, x @ w)
+        if requires_grad:
+            w.grad = None
+            out.sum().backward()
+            torch.testing.assert_close(w.grad, x.sum(0)[:, None].expand(6, 4))
+    assert len([g for g in compiler.graphs]) == (2 if requires_grad else 1)

@@ -98,7 +98,11 @@ class AotFunction(torch.autograd.Function):
         fw_outs = tuple(outs[:num_fw])
         differentiable = set(plan.tangent_outputs)
         ctx.mark_non_differentiable(
-            *(o for k, o in enumerate(fw_outs) if k not in differentiable)
+            *(
+                o
+                for k, o in enumerate(fw_outs)
+                if k not in differentiable and isinstance(o, torch.Tensor)
+            )
         )
         return fw_outs
 

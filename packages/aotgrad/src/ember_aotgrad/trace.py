@@ -198,6 +198,15 @@ def _trace_values(gm, rec, values, joint, standalone):
     requires_grad: list[bool] = []
     specs: list[OutputSpec] = []
     for out in flat:
+        if isinstance(out, (torch.SymInt, torch.SymFloat)):
+            # A size computed from symbolic sizes (torch.compile's graphs return
+            # them): the graph computes it from its inputs, as any size it uses.
+            out = rec.node_of(out)
+            if isinstance(out, torch.fx.Node):
+                graph_outputs.append(out)
+                requires_grad.append(False)
+                specs.append(GraphOutput(len(graph_outputs) - 1))
+                continue
         if not isinstance(out, torch.Tensor):
             specs.append(ConstantOutput(out))
             continue

@@ -135,6 +135,7 @@ def _trusted_target(target: object) -> bool:
     if not isinstance(
         target,
         (
+            type,  # torch.Size(...) in torch.compile's graphs
             types.FunctionType,
             types.BuiltinFunctionType,
             types.MethodDescriptorType,

@@ -21,11 +21,19 @@ class SizeNodes:
     """Emits (once each) the nodes computing size expressions in ``graph``.
 
     ``sources`` maps each symbol to the node of a tensor and the dim whose size
-    it is, or to an integer input's node and None.
+    it is, or to an integer input's node and None. With ``value_of`` (an
+    expression's SymInt), each node's ``meta["val"]`` holds its value, as a
+    tensor node's does: the partitioner weighs a saved size by it, and a
+    backward compiled ahead of its first call gets its example from it.
     """
 
-    def __init__(self, graph: torch.fx.Graph) -> None:
+    def __init__(
+        self,
+        graph: torch.fx.Graph,
+        value_of: Callable[[sympy.Basic], object] | None = None,
+    ) -> None:
         self.graph = graph
+        self.value_of = value_of
         self.sources: dict[sympy.Symbol, tuple[torch.fx.Node, int | None]] = {}
         self._memo: dict[sympy.Basic, torch.fx.Node] = {}
 
@@ -41,10 +49,18 @@ class SizeNodes:
             if emit is None:
                 raise NoShapeRule(f"size expression {expr} has no graph form")
             found = self._memo[expr] = emit(self, expr)
+            if self.value_of is not None and "val" not in found.meta:
+                found.meta["val"] = self.value_of(expr)
         return found
 
-    def call(self, op: Callable, *args: object) -> torch.fx.Node:
-        return self.graph.call_function(op, args)
+    def call(
+        self, op: Callable, *args: object, value: sympy.Basic | None = None
+    ) -> torch.fx.Node:
+        """A node calling ``op``; ``value``: the expression it computes."""
+        node = self.graph.call_function(op, args)
+        if self.value_of is not None and value is not None:
+            node.meta["val"] = self.value_of(value)
+        return node
 
 
 def _symbol(nodes: SizeNodes, expr: sympy.Symbol) -> torch.fx.Node:
@@ -54,10 +70,11 @@ def _symbol(nodes: SizeNodes, expr: sympy.Symbol) -> torch.fx.Node:
 
 def _fold(op: Callable) -> Callable[[SizeNodes, sympy.Basic], torch.fx.Node]:
     def emit(nodes: SizeNodes, expr: sympy.Basic) -> torch.fx.Node:
-        args = [nodes.node(a) for a in sorted(expr.args, key=sympy.default_sort_key)]
-        out = args[0]
-        for a in args[1:]:
-            out = nodes.call(op, out, a)
+        first, *rest = sorted(expr.args, key=sympy.default_sort_key)
+        out, partial = nodes.node(first), first
+        for term in rest:
+            partial = expr.func(partial, term)
+            out = nodes.call(op, out, nodes.node(term), value=partial)
         return out
 
     return emit
