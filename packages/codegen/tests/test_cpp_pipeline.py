@@ -10,7 +10,7 @@ import torch
 from conftest import aten_graph, check
 
 from ember_codegen import CodegenError, CompiledGraph, compile_graph
-from ember_codegen.build import load_library
+from ember_codegen.render.cpp.build import load_library
 
 aten = torch.ops.aten
 

@@ -199,7 +199,7 @@ def test_moved_code_names_its_new_locations_and_keeps_its_kernels(tmp_path):
 def test_kernels_build_side_by_side_into_one_library(tmp_path, monkeypatch):
     """A graph's kernels split into translation units that compile at once and
     link into one shared object, which computes what the whole source does."""
-    from ember_codegen import build
+    from ember_codegen.render.cpp import build
 
     def fn(x, y):
         return (

@@ -1,7 +1,8 @@
 """The public entry: compile one aten graph for a target.
 
-"cpp" runs lower_graph -> schedule -> plan_memory -> the C++ and wrapper
-emitters; "torch" writes a wrapper calling each aten op through torch.
+A loop target ("cpp") runs lower_graph -> schedule -> plan_memory, then its
+renderer (render/); "torch" writes a wrapper calling each aten op through
+torch, which every graph also keeps as its fallback.
 """
 
 from __future__ import annotations
@@ -13,23 +14,23 @@ from pathlib import Path
 import torch
 import torch.fx
 
-from .build import Signer, find_compiler
 from .compiled import CompiledGraph
-from .cpp import emit_source
-from .cpp_wrapper import emit_cpp_wrapper
 from .locations import graph_locations
-from .lowering import c_name
-from .memory import plan_memory, write_in_place
-from .rules import lower_graph
-from .scheduler import Kernel, schedule
+from .lowering.core import c_name
+from .lowering.rules import lower_graph
+from .render import LOOP_TARGETS, Scheduled, renderer
+from .render.cpp.build import Signer
+from .render.torch import emit_wrapper
+from .scheduling.fusion import Kernel, schedule
+from .scheduling.memory import plan_memory, write_in_place
 from .specialize import PerSizeGraph, has_symbolic_sizes
-from .wrapper import emit_wrapper
 
 log = logging.getLogger("ember.codegen")
 
-# target -> what it generates. "auto" picks "cpp" when a C++ compiler runs.
+# target -> what it generates. "auto" picks the first loop target this machine
+# can run ("cpp" when a C++ compiler runs), else "torch".
 TARGETS = {
-    "cpp": "fused C++ loop kernels (OpenMP + SIMD), library calls for matmul/conv",
+    **{name: renderer(name).description for name in LOOP_TARGETS},
     "torch": "a Python wrapper calling each aten op through torch (always correct)",
 }
 
@@ -63,7 +64,8 @@ def compile_graph(
     for each new set of sizes it is called with (``specialize.PerSizeGraph``).
     """
     if target == "auto":
-        target = "cpp" if find_compiler() else "torch"
+        usable = (name for name in LOOP_TARGETS if renderer(name).available())
+        target = next(usable, "torch")
     if target not in TARGETS:
         raise ValueError(
             f"unknown codegen target {target!r}; available: auto, {', '.join(TARGETS)}"
@@ -77,7 +79,7 @@ def compile_graph(
     wrapper = emit_wrapper(gm, title)
     constants = {name: getattr(gm, name) for name in wrapper.constant_names}
     locations = graph_locations(gm)
-    reason = _not_for_cpp(gm, example_inputs) if target == "cpp" else None
+    reason = _not_for_loops(gm, example_inputs) if target != "torch" else None
     if target == "torch" or reason:
         if reason:
             log.info("graph %s runs through torch: %s", title, reason)
@@ -90,24 +92,23 @@ def compile_graph(
         )
 
     lowered = lower_graph(gm, example_inputs)
-    plan_input = schedule(lowered)
+    steps = schedule(lowered)
     outputs = {n for n in lowered.outputs if n}
-    plan = plan_memory(plan_input, lowered.specs, outputs, _updates(gm, lowered))
-    plan_input.steps = [
+    plan = plan_memory(steps, lowered.specs, outputs, _updates(gm, lowered))
+    steps.steps = [
         write_in_place(s, plan.in_place) if isinstance(s, Kernel) else s
-        for s in plan_input.steps
+        for s in steps.steps
     ]
-    kernels = [s for s in plan_input.steps if isinstance(s, Kernel)]
-    strides = {name: spec.strides for name, spec in lowered.specs.items()}
-    cpp_source = emit_source(kernels, strides, title) if kernels else ""
-    source, infos = emit_cpp_wrapper(lowered, plan_input, plan, title, check_inputs)
+    rendered = renderer(target).render(
+        Scheduled(title, lowered, steps, plan, check_inputs)
+    )
     return CompiledGraph(
-        source,
-        "cpp",
+        rendered.wrapper_source,
+        target,
         lowered.fallback_ops,
         constants,
-        cpp_source,
-        infos,
+        rendered.kernel_source,
+        rendered.kernels,
         wrapper.source,
         cache_dir,
         locations,
@@ -172,7 +173,7 @@ def _plain_name(name: str) -> bool:
     return name.isidentifier() and c_name(name) == name
 
 
-def _not_for_cpp(
+def _not_for_loops(
     gm: torch.fx.GraphModule, example_inputs: Sequence[object]
 ) -> str | None:
     """Why the whole graph must run through torch, or None."""

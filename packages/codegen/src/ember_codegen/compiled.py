@@ -22,11 +22,12 @@ from pathlib import Path
 
 import torch
 
-from .build import KERNEL_BREAK, Signer, load_library
-from .cpp_wrapper import WRAPPER_HELPERS, KernelInfo
 from .locations import replace_locations
 from .profile import ACTIVE, GraphProfile, instrument
-from .wrapper import WRAPPER_GLOBALS
+from .render import KernelInfo
+from .render.cpp.build import KERNEL_BREAK, Signer, load_library
+from .render.cpp.wrapper import WRAPPER_HELPERS
+from .render.torch import WRAPPER_GLOBALS
 
 log = logging.getLogger("ember.output_code")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .cpp_wrapper import KernelInfo
+from .render import KernelInfo
 
 # The report the running ``profiling()`` block fills, or None (read by every
 # CompiledGraph call: one global lookup when not profiling).

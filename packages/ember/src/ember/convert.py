@@ -242,7 +242,7 @@ def frame_key(
 
 def _build_seconds() -> float:
     """Seconds spent in the C++ compiler so far (0 before codegen is loaded)."""
-    build = sys.modules.get("ember_codegen.build")
+    build = sys.modules.get("ember_codegen.render.cpp.build")
     return build.build_seconds() if build is not None else 0.0
 
 

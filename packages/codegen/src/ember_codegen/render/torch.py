@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from .errors import CodegenError
-from .ir import Ref
+from ..errors import CodegenError
+from ..ir.nodes import Ref
 
 # Objects the generated source may name, bound in its globals.
 WRAPPER_GLOBALS: dict[str, object] = {"torch": torch, "aten": torch.ops.aten}

@@ -15,10 +15,10 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from .channels_last import channels_last_meta, keeps_channels_last
-from .errors import CodegenError
-from .indexing import Index, var
-from .ir import (
+from ..errors import CodegenError
+from ..ir.aten import STORAGE_READERS, returns_view
+from ..ir.indexing import Index, var
+from ..ir.nodes import (
     C_TYPES,
     HALF_TYPES,
     Call,
@@ -27,6 +27,7 @@ from .ir import (
     Extern,
     Input,
     Load,
+    LoweredGraph,
     Node,
     Pointwise,
     ReduceKind,
@@ -35,7 +36,9 @@ from .ir import (
     Scan,
     Scatter,
     TensorSpec,
+    contiguous,
 )
+from .channels_last import channels_last_meta, keeps_channels_last
 
 
 class Unsupported(Exception):
@@ -217,14 +220,6 @@ class Lowerer:
         return self.add(node, TensorSpec(sizes, tuple(meta.stride()), dtype))
 
 
-def contiguous(sizes: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for s in reversed(sizes):
-        strides.append(step)
-        step *= max(s, 1)
-    return tuple(reversed(strides))
-
-
 def cast(e: Expr, dtype: torch.dtype) -> Expr:
     if e.dtype == dtype:
         return e
@@ -239,19 +234,6 @@ def constant(value: bool | int | float, dtype: torch.dtype) -> Const:
     if dtype == torch.bool:
         return Const(bool(value), dtype)
     return Const(int(value), dtype)
-
-
-@dataclass(frozen=True)
-class LoweredGraph:
-    """The IR of one graph: nodes in order and the names the graph returns."""
-
-    nodes: list[Node]
-    specs: dict[str, TensorSpec]
-    inputs: list[str]  # placeholder node names, in call order
-    constants: dict[str, str]  # get_attr target -> IR name
-    outputs: list[str | None]  # IR name per output (None: a non-tensor output)
-    output_constants: dict[int, object]  # non-tensor outputs by position
-    fallback_ops: tuple[str, ...]
 
 
 def lower_graph(
@@ -411,24 +393,6 @@ def _meta_of(node: torch.fx.Node, metas: dict) -> object:
             f"cannot infer the output of {node.name} ({node.target}) on meta tensors: "
             f"{type(e).__name__}: {e}"
         ) from e
-
-
-# Ops that read their argument's storage, not only its values: the same
-# storage through any view of it. They get the tensor that owns the storage
-# (``storage_root``), and the wrapper hands it over in the traced layout.
-STORAGE_READERS = frozenset(
-    [torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default]
-)
-
-
-def returns_view(target: object) -> bool:
-    """Whether aten's schema says ``target`` returns a view of an argument."""
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    return any(
-        r.alias_info is not None and not r.alias_info.is_write
-        for r in target._schema.returns
-    )
 
 
 def storage_root(node: torch.fx.Node) -> torch.fx.Node:

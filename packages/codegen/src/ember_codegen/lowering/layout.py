@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .indexing import ZERO, Index, const
-from .ir import Call, Const, Expr, IndexValue, ReduceKind
-from .lower_pointwise import broadcast_load
-from .lowering import TV, Lowerer, Unsupported, constant, contiguous, register
+from ..ir.indexing import ZERO, Index, const
+from ..ir.nodes import Call, Const, Expr, IndexValue, ReduceKind, contiguous
+from .core import TV, Lowerer, Unsupported, constant, register
+from .pointwise import broadcast_load
 
 aten = torch.ops.aten
 

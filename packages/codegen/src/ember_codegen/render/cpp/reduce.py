@@ -9,7 +9,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .cpp_expr import (
+from ...ir.indexing import (
+    Var,
+    indirect_terms,
+    render,
+    substitute,
+    unit_stride_dim,
+    var,
+    var_step,
+)
+from ...ir.nodes import (
+    HALF_TYPES,
+    Load,
+    Pointwise,
+    Reduction,
+    contiguous,
+    describe_origin,
+    loads,
+)
+from ...scheduling.fusion import Kernel
+from .expr import (
     ARG_KINDS,
     ARG_TAKES,
     COMBINE,
@@ -26,18 +45,6 @@ from .cpp_expr import (
     store_code,
     value_type,
 )
-from .indexing import (
-    Var,
-    indirect_terms,
-    render,
-    substitute,
-    unit_stride_dim,
-    var,
-    var_step,
-)
-from .ir import HALF_TYPES, Load, Pointwise, Reduction, describe_origin, loads
-from .lowering import contiguous
-from .scheduler import Kernel
 
 # Reductions keep up to this many partial accumulators (four 512-bit vectors of
 # float32): the loop vectorizes, and four independent chains hide the add's

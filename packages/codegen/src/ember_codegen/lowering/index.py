@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .indexing import Index, Indirect
-from .ir import Call, Const, Expr
-from .lower_pointwise import broadcast_load
-from .lowering import TV, Lowerer, Unsupported, cast, register
+from ..ir.indexing import Index, Indirect
+from ..ir.nodes import Call, Const, Expr
+from .core import TV, Lowerer, Unsupported, cast, register
+from .pointwise import broadcast_load
 
 aten = torch.ops.aten
 
@@ -27,7 +27,7 @@ def read_indirect(
     the end, as in ``aten.index``; otherwise it is out of range, as in gather.
 
     The read address is clamped into the tensor, and the value carries a check
-    that makes the kernel report an out-of-range index (see ``cpp.PREAMBLE``).
+    that makes the kernel report an out-of-range index (see ``render/cpp/preamble.h``).
     """
     at, checks = indirect_position(src.sizes, index)
     return with_checks(lo.load(src, at), checks, negative)

@@ -7,14 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .indexing import ZERO, Index, Var, indirect_terms, map_indirect, substitute, var
-from .ir import (
+from ..ir.indexing import (
+    ZERO,
+    Index,
+    Var,
+    indirect_terms,
+    map_indirect,
+    substitute,
+    var,
+)
+from ..ir.nodes import (
     Call,
     Expr,
     Extern,
     IndexValue,
     Input,
     Load,
+    LoweredGraph,
     Node,
     Pointwise,
     Reduction,
@@ -26,7 +35,6 @@ from .ir import (
     node_loads,
     refs,
 )
-from .lowering import LoweredGraph
 
 # A pointwise value read by several consumers is recomputed in each (no buffer)
 # while its expression has at most this many ops; past that it is stored once.

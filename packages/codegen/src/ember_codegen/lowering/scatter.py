@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .indexing import ZERO, Index
-from .ir import Call, Const, Expr, IndexValue, ReduceKind
-from .lower_index import advanced_index, index_tensor, indirect_position, with_checks
-from .lower_pointwise import broadcast_load, call, operand
-from .lowering import TV, Lowerer, Unsupported, cast, constant, register
+from ..ir.indexing import ZERO, Index
+from ..ir.nodes import Call, Const, Expr, IndexValue, ReduceKind
+from .core import TV, Lowerer, Unsupported, cast, constant, register
+from .index import advanced_index, index_tensor, indirect_position, with_checks
+from .pointwise import broadcast_load, call, operand
 
 aten = torch.ops.aten
 

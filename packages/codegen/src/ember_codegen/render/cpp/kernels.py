@@ -1,7 +1,7 @@
 """The C++ emitter: one translation unit per graph, one ``extern "C"`` function
 per fused kernel. Plain C++17 with no ATen headers; OpenMP on the outer loops;
 inner loops written so the compiler vectorizes them without -ffast-math.
-Expressions are written by ``cpp_expr``, reduction loops by ``cpp_reduce``.
+Expressions are written by ``expr.py``, reduction loops by ``reduce.py``.
 """
 
 from __future__ import annotations
@@ -11,25 +11,8 @@ from dataclasses import replace
 
 import torch
 
-from .build import KERNEL_BREAK
-from .cpp_expr import (
-    COMBINE,
-    PREAMBLE,
-    Body,
-    Scope,
-    calls,
-    close_loops,
-    identity,
-    ivar,
-    numel,
-    offset,
-    open_loops,
-    store_code,
-    value_type,
-)
-from .cpp_reduce import column_reductions, next_rows, reductions
-from .indexing import Index, render, substitute, unit_stride_dim, var
-from .ir import (
+from ...ir.indexing import Index, render, substitute, unit_stride_dim, var
+from ...ir.nodes import (
     C_TYPES,
     HALF_TYPES,
     Call,
@@ -45,7 +28,24 @@ from .ir import (
     loads,
     node_loads,
 )
-from .scheduler import Kernel
+from ...scheduling.fusion import Kernel
+from .build import KERNEL_BREAK
+from .expr import (
+    COMBINE,
+    PREAMBLE,
+    Body,
+    Scope,
+    calls,
+    close_loops,
+    identity,
+    ivar,
+    numel,
+    offset,
+    open_loops,
+    store_code,
+    value_type,
+)
+from .reduce import column_reductions, next_rows, reductions
 
 # Kernels with less work than this many elements run on one thread: waking the
 # OpenMP team costs more than it saves.

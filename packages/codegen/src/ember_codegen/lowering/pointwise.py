@@ -10,9 +10,9 @@ import math
 
 import torch
 
-from .indexing import ZERO, Index
-from .ir import HALF_TYPES, Call, Const, Expr, IndexValue
-from .lowering import TV, Lowerer, Unsupported, cast, constant, register
+from ..ir.indexing import ZERO, Index
+from ..ir.nodes import HALF_TYPES, Call, Const, Expr, IndexValue
+from .core import TV, Lowerer, Unsupported, cast, constant, register
 
 aten = torch.ops.aten
 

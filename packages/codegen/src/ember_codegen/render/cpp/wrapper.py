@@ -5,29 +5,15 @@ memory plan says, calls kernels and library functions, frees buffers early.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from .cpp import checks_indices
-from .ir import Extern, Ref, TensorSpec, describe_origin, refs
-from .lowering import STORAGE_READERS, LoweredGraph
-from .memory import MemoryPlan, nbytes
-from .scheduler import AliasView, Kernel, Schedule
-from .wrapper import op_path, render_arg
-
-
-@dataclass(frozen=True, slots=True)
-class KernelInfo:
-    """One entry of ``CompiledGraph.kernels``: a generated loop, an extern
-    library call, or a fallback op; ``ops`` are the aten ops it runs."""
-
-    kind: str  # "loop" | "extern" | "fallback"
-    name: str
-    ops: tuple[str, ...]
-    arity: int = 0  # pointer arguments of a loop kernel
-    checks_indices: bool = False  # returns 1 when an index tensor is out of range
-    bytes: int = 0  # the buffers it reads and writes, once each (for profiles)
+from ...ir.aten import STORAGE_READERS
+from ...ir.nodes import Extern, LoweredGraph, Ref, TensorSpec, describe_origin, refs
+from ...scheduling.fusion import AliasView, Kernel, Schedule
+from ...scheduling.memory import MemoryPlan, nbytes
+from .. import KernelInfo
+from ..torch import op_path, render_arg
+from .kernels import checks_indices
 
 
 def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Tensor:

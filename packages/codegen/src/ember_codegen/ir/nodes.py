@@ -12,6 +12,7 @@ torch. ``format_ir`` prints it all.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -305,3 +306,24 @@ def format_node(node: Node) -> str:
 def format_ir(nodes: list[Node]) -> str:
     """The IR as a short listing, one node per line."""
     return "\n".join(format_node(n) for n in nodes)
+
+
+@dataclass(frozen=True)
+class LoweredGraph:
+    """The IR of one graph: nodes in order and the names the graph returns."""
+
+    nodes: list[Node]
+    specs: dict[str, TensorSpec]
+    inputs: list[str]  # placeholder node names, in call order
+    constants: dict[str, str]  # get_attr target -> IR name
+    outputs: list[str | None]  # IR name per output (None: a non-tensor output)
+    output_constants: dict[int, object]  # non-tensor outputs by position
+    fallback_ops: tuple[str, ...]
+
+
+def contiguous(sizes: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for s in reversed(sizes):
+        strides.append(step)
+        step *= max(s, 1)
+    return tuple(reversed(strides))

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from .indexing import var
-from .ir import Extern, Load, Pointwise, TensorSpec, node_loads, refs
-from .lowering import returns_view
-from .scheduler import AliasView, Kernel, Schedule, inline_loads
+from ..ir.aten import returns_view
+from ..ir.indexing import var
+from ..ir.nodes import Extern, Load, Pointwise, TensorSpec, node_loads, refs
+from .fusion import AliasView, Kernel, Schedule, inline_loads
 
 
 @dataclass(frozen=True, slots=True)

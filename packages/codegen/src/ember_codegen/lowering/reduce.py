@@ -10,11 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .indexing import ZERO, Index, Indirect
-from .ir import Expr, IndexValue, ReduceKind
-from .lower_layout import index_test
-from .lower_pointwise import call
-from .lowering import (
+from ..ir.indexing import ZERO, Index, Indirect
+from ..ir.nodes import Expr, IndexValue, ReduceKind
+from .core import (
     TV,
     Lowerer,
     Unsupported,
@@ -23,6 +21,8 @@ from .lowering import (
     extern,
     register,
 )
+from .layout import index_test
+from .pointwise import call
 
 aten = torch.ops.aten
 

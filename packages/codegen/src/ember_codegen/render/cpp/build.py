@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .errors import CodegenError
-from .locations import replace_locations
+from ...errors import CodegenError
+from ...locations import replace_locations
 
 log = logging.getLogger("ember.kernel_cache")
 

@@ -1,0 +1,75 @@
+"""The renderers: one per target, behind one small interface. A loop target
+(``cpp/`` today) gets the scheduled graph and returns the sources of a
+CompiledGraph; ``torch.py`` writes a wrapper calling each aten op through torch,
+which every graph keeps as its fallback.
+
+This module holds the interface and the data at its seam, and imports no
+renderer: a graph loaded from the cache needs none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..ir.nodes import LoweredGraph
+    from ..scheduling.fusion import Schedule
+    from ..scheduling.memory import MemoryPlan
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """One entry of ``CompiledGraph.kernels``: a generated loop, an extern
+    library call, or a fallback op; ``ops`` are the aten ops it runs."""
+
+    kind: str  # "loop" | "extern" | "fallback"
+    name: str
+    ops: tuple[str, ...]
+    arity: int = 0  # pointer arguments of a loop kernel
+    checks_indices: bool = False  # returns 1 when an index tensor is out of range
+    bytes: int = 0  # the buffers it reads and writes, once each (for profiles)
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """What a loop renderer is given: the lowered graph, its steps in order
+    (kernels, library calls, views) and the memory plan they follow."""
+
+    title: str  # names the graph in comments of the generated code
+    lowered: LoweredGraph
+    schedule: Schedule
+    plan: MemoryPlan
+    check_inputs: bool  # whether the wrapper checks each call's inputs
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """What a loop renderer returns: the Python wrapper defining ``call``, the
+    kernels' translation unit, and one KernelInfo per step the wrapper runs."""
+
+    wrapper_source: str
+    kernel_source: str
+    kernels: tuple[KernelInfo, ...]
+
+
+class Renderer(Protocol):
+    """A loop target."""
+
+    description: str
+
+    def available(self) -> bool:
+        """Whether this machine can build and run what it renders."""
+
+    def render(self, scheduled: Scheduled) -> Rendered:
+        """The sources for ``scheduled``; raises CodegenError if it cannot."""
+
+
+# Loop target -> the module whose RENDERER renders it, imported on first use.
+LOOP_TARGETS = {"cpp": "ember_codegen.render.cpp.renderer"}
+
+
+def renderer(target: str) -> Renderer:
+    """The renderer of a loop target (one of LOOP_TARGETS)."""
+    return importlib.import_module(LOOP_TARGETS[target]).RENDERER
