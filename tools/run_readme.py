@@ -23,7 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-_FENCE = re.compile(r"^```(\w*)\s*$")
+# A fence line, with the language and any info string after it.
+_FENCE = re.compile(r"^```(\w*).*$")
 
 
 @dataclass(frozen=True)
@@ -71,20 +72,30 @@ def examples(lines: list[str]) -> list[Example]:
 
 
 def run(code: str) -> str:
-    """What ``code`` prints (stdout and stderr) run as a script in a new folder."""
+    """What ``code`` prints (stdout and stderr, in order) run as a script in a
+    new folder."""
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder, "example.py")
         script.write_text(code)
-        env = dict(os.environ, EMBER_CACHE_DIR=str(Path(folder, "cache")))
-        done = subprocess.run(
-            [sys.executable, "example.py"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        # Unbuffered, into one stream: warnings and prints in the order made.
+        env = dict(
+            os.environ,
+            EMBER_CACHE_DIR=str(Path(folder, "cache")),
+            PYTHONUNBUFFERED="1",
         )
-        output = (done.stdout + done.stderr).replace(os.path.realpath(folder), "<tmp>")
+        try:
+            done = subprocess.run(
+                [sys.executable, "example.py"],
+                cwd=folder,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=600,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the example ran over 600 s:\n{code}") from None
+        output = done.stdout.replace(os.path.realpath(folder), "<tmp>")
         output = output.replace(folder, "<tmp>")
     if done.returncode != 0:
         raise RuntimeError(f"the example failed:\n{code}\n{output}")

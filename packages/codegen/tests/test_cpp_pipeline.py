@@ -61,6 +61,17 @@ def test_kernel_source_is_one_kernel_without_the_preamble(cpp):
         compiled.kernel_source("kernel9")
 
 
+def test_every_scalar_op_has_a_cpp_template_and_others_are_refused():
+    from ember_codegen.ir.nodes import Call, Const, ScalarOp
+    from ember_codegen.render.cpp.expr import SCALAR_OPS
+
+    assert set(SCALAR_OPS) == set(ScalarOp)
+    one = Const(1.0, torch.float32)
+    assert Call("add", (one, one), torch.float32).op is ScalarOp.ADD
+    with pytest.raises(ValueError, match="'softplus' is not a valid ScalarOp"):
+        Call("softplus", (one,), torch.float32)
+
+
 def chain10(x, y):
     z = aten.mul.Tensor(x, 1.5)
     z = aten.add.Tensor(z, y)

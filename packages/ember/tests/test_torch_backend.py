@@ -93,3 +93,34 @@ def test_ember_options_pass_through_torch_compile():
         torch.compile(lambda x: x + 1, backend="ember", options={"no_such_option": 1})(
             x
         )
+
+
+def test_a_graph_whose_sizes_must_stay_fixed_compiles_per_size():
+    """max_pool1d reads its length as a number: aotgrad fixes the sizes, and
+    the graph torch.compile made symbolic compiles once per length instead of
+    running the rest with torch (or, from the disk cache, a graph pinned to
+    another length)."""
+
+    def fn(x):
+        return F.max_pool1d(x.sin(), 3, ceil_mode=True)
+
+    compiled = torch.compile(fn, backend="ember")
+    before = len(torch_backend.LOG.generated_code)
+    for length in (6, 10, 14, 18, 14):
+        x = torch.randn(2, 3, length)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert any("sizes stay fixed" in r for r in torch_backend.LOG.dynamic_reasons)
+    # 6 (static), then 10, 14 and 18 each compiled for its own length.
+    assert len(torch_backend.LOG.generated_code) - before >= 4
+
+
+def test_a_relation_between_sizes_returned_is_this_calls_answer():
+    def fn(x):
+        return x.sin(), x.shape[0] > 4
+
+    compiled = torch.compile(fn, backend="ember")
+    for rows in (3, 5, 7, 2, 6):
+        x = torch.randn(rows, 4)
+        values, bigger = compiled(x)
+        torch.testing.assert_close(values, x.sin())
+        assert bigger is (rows > 4)

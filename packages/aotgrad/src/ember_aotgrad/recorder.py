@@ -70,7 +70,7 @@ class AtenRecorder(TorchDispatchMode):
         self.graph = torch.fx.Graph()
         # With symbolic input sizes: their symbols, and the nodes computing sizes.
         self.env = env
-        self.sizes = SizeNodes(self.graph, None if env is None else env.sym_int)
+        self.sizes = SizeNodes(self.graph, None if env is None else env.value)
         self.decompositions = decompositions
         self.mutation_rules = mutation_rules
         self.device = device

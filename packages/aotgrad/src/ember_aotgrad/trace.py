@@ -198,6 +198,9 @@ def _trace_values(gm, rec, values, joint, standalone):
     requires_grad: list[bool] = []
     specs: list[OutputSpec] = []
     for out in flat:
+        if isinstance(out, torch.SymBool):
+            # A relation between sizes has no graph form here: fix the sizes.
+            raise NoShapeRule(f"graph output {out} is a relation between sizes")
         if isinstance(out, (torch.SymInt, torch.SymFloat)):
             # A size computed from symbolic sizes (torch.compile's graphs return
             # them): the graph computes it from its inputs, as any size it uses.

@@ -245,7 +245,9 @@ class _CachedAotBackend:
                     backward,
                     dynamic_dims=gm.meta.get("dynamic_dims"),
                 )
-            compiled.check_inputs = not self.guarded  # guards check requires_grad
+            # When the guards hold the inputs' metadata (requires_grad included),
+            # the compiled code need not check it again.
+            compiled.check_inputs = not self.guarded
         except ember_aotgrad.AotGradError as e:
             # The torch-level graph still runs correctly under torch's autograd.
             # (torch.fx appends the failing node to the message: keep the reason.)

@@ -50,6 +50,16 @@ class ShapeEnv:
             return int(expr)
         return torch.SymInt(SymNode(self, expr, self.evaluate(expr), int))
 
+    def value(self, expr: sympy.Expr) -> object:
+        """``expr`` as the torch symbolic number of its kind: a SymInt for an
+        integer expression, a SymFloat for a float one (``(d // h) ** 0.5``)."""
+        expr = sympy.sympify(expr)
+        if expr.is_Number:
+            return int(expr) if expr.is_Integer else float(expr)
+        if expr.is_integer:  # sympy knows it from the integer symbols
+            return torch.SymInt(SymNode(self, expr, int(self.evaluate(expr)), int))
+        return torch.SymFloat(SymNode(self, expr, float(self.evaluate(expr)), float))
+
     def evaluate(self, expr: sympy.Basic) -> object:
         """``expr``'s value at the hints."""
         value = expr.xreplace({s: sympy.Integer(h) for s, h in self.hints.items()})

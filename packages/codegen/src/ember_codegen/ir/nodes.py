@@ -12,12 +12,12 @@ torch. ``format_ir`` prints it all.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from .indexing import Index, indirect_terms, render
+from .indexing import Index, indirect_terms, map_indirect, render
 
 # The dtypes the C++ backend handles, by the C type of a buffer element; any
 # other dtype runs through torch.
@@ -59,17 +59,98 @@ class IndexValue:
     dtype: torch.dtype = torch.int64
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """A scalar op from ``cpp.SCALAR_OPS`` applied to ``args``, giving ``dtype``.
+class ScalarOp(enum.StrEnum):
+    """The scalar ops a ``Call`` may apply: a closed set, which every renderer
+    covers (the C++ one with ``render/cpp/expr.SCALAR_OPS``). Members compare
+    equal to their names, so rules write ``Call("add", ...)``.
 
-    ``select`` (cond, a, b) evaluates only the taken branch, so a branch may hold
-    loads that are out of bounds when not taken (concatenation).
+    Integer ``int_fmod``/``int_remainder`` take a nonzero divisor other than -1
+    (the lowering sees to it); ``index_clamp``/``index_check`` are the bounds
+    handling of indirect indices; ``select`` (cond, a, b) evaluates only the
+    taken branch, ``where`` both.
     """
 
-    op: str
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    NEG = "neg"
+    ABS = "abs"
+    RELU = "relu"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    RECIPROCAL = "reciprocal"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    SIN = "sin"
+    COS = "cos"
+    ERF = "erf"
+    LOG1P = "log1p"
+    EXPM1 = "expm1"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
+    TAN = "tan"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
+    ATAN2 = "atan2"
+    FMOD = "fmod"
+    REMAINDER = "remainder"
+    INT_FMOD = "int_fmod"
+    INT_REMAINDER = "int_remainder"
+    SIGN = "sign"
+    SIGNBIT = "signbit"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    TRUNC = "trunc"
+    ROUND = "round"
+    POW = "pow"
+    FMA = "fma"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    CLAMP_MIN = "clamp_min"
+    CLAMP_MAX = "clamp_max"
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    NOT = "not"
+    AND = "and"
+    OR = "or"
+    BITWISE_NOT = "bitwise_not"
+    BITWISE_AND = "bitwise_and"
+    BITWISE_OR = "bitwise_or"
+    BITWISE_XOR = "bitwise_xor"
+    WHERE = "where"
+    SELECT = "select"
+    CAST = "cast"
+    INDEX_CLAMP = "index_clamp"
+    INDEX_CHECK = "index_check"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The scalar op ``op`` applied to ``args``, giving ``dtype``.
+
+    ``select`` (cond, a, b) evaluates only the taken branch, so a branch may hold
+    loads that are out of bounds when not taken (concatenation). An op name
+    outside ``ScalarOp`` raises ValueError here, where the rule made it.
+    """
+
+    op: ScalarOp
     args: tuple[Expr, ...]
     dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        if type(self.op) is not ScalarOp:
+            object.__setattr__(self, "op", ScalarOp(self.op))
 
 
 Expr = Load | Const | IndexValue | Call
@@ -226,15 +307,46 @@ def node_loads(node: Stage) -> list[Load]:
 
 def loads(e: Expr) -> list[Load]:
     """Every Load in ``e``, depth first, those inside indirect indices included."""
-    if isinstance(e, Load):
-        return [e] + [
-            ld for i in e.index for t in indirect_terms(i) for ld in loads(t.value)
-        ]
-    if isinstance(e, IndexValue):
-        return [ld for t in indirect_terms(e.index) for ld in loads(t.value)]
+    return [x for x in walk(e) if isinstance(x, Load)]
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Every expression in ``e``, each before its parts (depth first, in
+    argument order), those inside indirect indices included: the one walk
+    every stage uses, so none of them misses a load behind an index."""
+    yield e
     if isinstance(e, Call):
-        return [ld for a in e.args for ld in loads(a)]
-    return []
+        for a in e.args:
+            yield from walk(a)
+    elif isinstance(e, (Load, IndexValue)):
+        for i in e.index if isinstance(e, Load) else (e.index,):
+            for term in indirect_terms(i):
+                yield from walk(term.value)
+
+
+def map_expr(
+    e: Expr,
+    fn: Callable[[Expr], Expr] = lambda x: x,
+    index: Callable[[Index], Index] = lambda i: i,
+) -> Expr:
+    """``e`` rebuilt from its parts up: the expressions inside an index's
+    indirect terms first, then the index itself through ``index``, then each
+    rebuilt expression (``Load``, ``IndexValue``, ``Call``, ``Const``) through
+    ``fn``. A part ``fn`` replaces is not walked again."""
+
+    def rebuild_index(i: Index) -> Index:
+        return index(map_indirect(i, rebuild))
+
+    def rebuild(x: Expr) -> Expr:
+        if isinstance(x, Load):
+            x = Load(x.name, tuple(rebuild_index(i) for i in x.index), x.dtype)
+        elif isinstance(x, IndexValue):
+            x = IndexValue(rebuild_index(x.index), x.dtype)
+        elif isinstance(x, Call):
+            x = Call(x.op, tuple(rebuild(a) for a in x.args), x.dtype)
+        return fn(x)
+
+    return rebuild(e)
 
 
 def refs(value: object) -> list[str]:

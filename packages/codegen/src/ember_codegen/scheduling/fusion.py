@@ -20,7 +20,6 @@ from ..ir.nodes import (
     Call,
     Expr,
     Extern,
-    IndexValue,
     Input,
     Load,
     LoweredGraph,
@@ -32,6 +31,7 @@ from ..ir.nodes import (
     Stage,
     TensorSpec,
     loads,
+    map_expr,
     node_loads,
     refs,
 )
@@ -83,35 +83,21 @@ class Schedule:
     views: dict[str, AliasView] = field(default_factory=dict)
 
 
-def _substitute_index(i: Index, mapping: dict[str, Index]) -> Index:
-    return substitute(map_indirect(i, lambda v: _substitute_expr(v, mapping)), mapping)
-
-
 def _substitute_expr(e: Expr, mapping: dict[str, Index]) -> Expr:
-    if isinstance(e, Load):
-        index = tuple(_substitute_index(i, mapping) for i in e.index)
-        return Load(e.name, index, e.dtype)
-    if isinstance(e, IndexValue):
-        return IndexValue(_substitute_index(e.index, mapping), e.dtype)
-    if isinstance(e, Call):
-        return Call(e.op, tuple(_substitute_expr(a, mapping) for a in e.args), e.dtype)
-    return e
+    return map_expr(e, index=lambda i: substitute(i, mapping))
 
 
 def inline(e: Expr, inlined: dict[str, Pointwise]) -> Expr:
     """``e`` with every load of an inlined pointwise node replaced by its
     expression, inside indirect indices too."""
-    if isinstance(e, Load):
-        index = tuple(map_indirect(i, lambda v: inline(v, inlined)) for i in e.index)
-        if e.name not in inlined:
-            return Load(e.name, index, e.dtype)
-        mapping = {f"i{d}": idx for d, idx in enumerate(index)}
-        return _substitute_expr(inlined[e.name].expr, mapping)
-    if isinstance(e, IndexValue):
-        return IndexValue(map_indirect(e.index, lambda v: inline(v, inlined)), e.dtype)
-    if isinstance(e, Call):
-        return Call(e.op, tuple(inline(a, inlined) for a in e.args), e.dtype)
-    return e
+
+    def expand(x: Expr) -> Expr:
+        if not isinstance(x, Load) or x.name not in inlined:
+            return x
+        mapping = {f"i{d}": idx for d, idx in enumerate(x.index)}
+        return _substitute_expr(inlined[x.name].expr, mapping)
+
+    return map_expr(e, expand)
 
 
 def _size(e: Expr) -> int:

@@ -14,7 +14,7 @@ from importlib import resources
 
 import torch
 
-from ...ir.indexing import ZERO, Index, Indirect, indirect_terms, render, var
+from ...ir.indexing import ZERO, Index, Indirect, render, var
 from ...ir.nodes import (
     C_TYPES,
     HALF_TYPES,
@@ -24,6 +24,7 @@ from ...ir.nodes import (
     IndexValue,
     Load,
     ReduceKind,
+    walk,
 )
 
 # The text every translation unit starts with (NaN-propagating max/min, libm
@@ -32,8 +33,9 @@ from ...ir.nodes import (
 # key covers it.
 PREAMBLE = (resources.files(__package__) / "preamble.h").read_text()
 
-# Scalar ops: a C++ template over the argument code {0}, {1}, ... and the result
-# type {T}. "select" is rendered lazily (only the taken branch is evaluated).
+# Every ScalarOp as a C++ template over the argument code {0}, {1}, ... and the
+# result type {T}. "select" is rendered lazily (only the taken branch is
+# evaluated).
 SCALAR_OPS: dict[str, str] = {
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
@@ -301,13 +303,7 @@ def numel(sizes) -> int:
 
 def calls(e: Expr, op: str) -> bool:
     """Whether ``e`` calls scalar op ``op`` anywhere, indirect indices included."""
-    if isinstance(e, Call):
-        return e.op == op or any(calls(a, op) for a in e.args)
-    if isinstance(e, Load):
-        return any(calls(t.value, op) for i in e.index for t in indirect_terms(i))
-    if isinstance(e, IndexValue):
-        return any(calls(t.value, op) for t in indirect_terms(e.index))
-    return False
+    return any(isinstance(x, Call) and x.op == op for x in walk(e))
 
 
 def open_loops(sizes, first: int, prefix: str, indent: str, lines: list[str]) -> str:

@@ -17,7 +17,6 @@ from ...ir.nodes import (
     HALF_TYPES,
     Call,
     Expr,
-    IndexValue,
     Load,
     Pointwise,
     Reduction,
@@ -26,7 +25,9 @@ from ...ir.nodes import (
     describe_origin,
     exprs,
     loads,
+    map_expr,
     node_loads,
+    walk,
 )
 from ...scheduling.fusion import Kernel
 from .build import KERNEL_BREAK
@@ -294,34 +295,19 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
 
 def _costly(e: Expr) -> list[Call]:
     """Calls to COSTLY_OPS in ``e``, outermost first."""
-    if not isinstance(e, Call):
-        return []
-    inner = [c for a in e.args for c in _costly(a)]
-    return [e, *inner] if e.op in COSTLY_OPS else inner
+    return [x for x in walk(e) if isinstance(x, Call) and x.op in COSTLY_OPS]
 
 
 def _substitute(e: Expr, mapping: dict[str, Index]) -> Expr:
-    if isinstance(e, Load):
-        return Load(e.name, tuple(substitute(i, mapping) for i in e.index), e.dtype)
-    if isinstance(e, IndexValue):
-        return IndexValue(substitute(e.index, mapping), e.dtype)
-    if isinstance(e, Call):
-        return Call(e.op, tuple(_substitute(a, mapping) for a in e.args), e.dtype)
-    return e
+    return map_expr(e, index=lambda i: substitute(i, mapping))
 
 
 def _contains(e: Expr, part: Expr) -> bool:
-    return e == part or (
-        isinstance(e, Call) and any(_contains(a, part) for a in e.args)
-    )
+    return any(x == part for x in walk(e))
 
 
 def _replace_expr(e: Expr, old: Expr, new: Expr) -> Expr:
-    if e == old:
-        return new
-    if isinstance(e, Call):
-        return Call(e.op, tuple(_replace_expr(a, old, new) for a in e.args), e.dtype)
-    return e
+    return map_expr(e, lambda x: new if x == old else x)
 
 
 def _pointwise(
