@@ -22,7 +22,7 @@ OPINFO_TOOLS = ("expecttest==0.3.0",)
 STAGES = ("capture", "aotgrad", "codegen", "runtime")
 ALL_PACKAGES = (*STAGES, "ember")
 
-nox.options.sessions = [*STAGES, "ember", "integration", "lint", "build"]
+nox.options.sessions = [*STAGES, "ember", "triton", "integration", "lint", "build"]
 
 
 def install(session: nox.Session, *packages: str, tools=TEST_TOOLS) -> None:
@@ -72,6 +72,22 @@ def ember(session: nox.Session) -> None:
     session.run(
         "python", "tools/run_readme.py", "packages/ember/README.md", "README.md"
     )
+
+
+# Triton's interpreter runs its kernels on CPU tensors, so the Triton target is
+# tested on this machine without a GPU (benchmarks/gpu_check.py runs it on one).
+TRITON = "triton==3.9.0"
+
+
+@nox.session
+def triton(session: nox.Session) -> None:
+    """The Triton target under Triton's interpreter: codegen's Triton cases,
+    then the umbrella's demo block and training step."""
+    install(session, *ALL_PACKAGES)
+    session.install(TRITON)
+    interpret = {"TRITON_INTERPRET": "1"}
+    for tests in ("codegen/tests/test_triton.py", "ember/tests/test_triton_target.py"):
+        session.run("pytest", f"packages/{tests}", *session.posargs, env=interpret)
 
 
 @nox.session

@@ -528,3 +528,57 @@ def test_a_method_marked_never_capture_is_a_graph_break():
     result = capture(model.forward, torch.randn(3))
     assert "eager_part, which is marked never" in result.break_reason.reason
     run_both(model.forward, lambda: (torch.randn(4),))
+
+
+_KEPT_OUT_OF_TORCH_COMPILE = """
+import json, torch, torch._dynamo
+import ember_capture
+
+# What torch's compiler does to torch's own functions once it is imported.
+relu = torch._dynamo.disable(torch.nn.functional.relu)
+
+
+def users_helper(x):
+    return x.tolist()
+
+
+helper = torch.compiler.disable(users_helper)
+
+
+def inlined(x):
+    return relu(x) * 2
+
+
+def broken(x):
+    return helper(x.sin())
+
+
+a = ember_capture.capture(inlined, torch.randn(3))
+b = ember_capture.capture(broken, torch.randn(3))
+print(json.dumps({
+    "graphs": len(a.graphs),
+    "relu": "relu" in a.graphs[0].gm.code,
+    "inlined_break": a.break_reason is not None,
+    "break": str(b.break_reason),
+}))
+"""
+
+
+def test_functions_kept_out_of_torch_compile():
+    """Once torch's compiler is imported, torch wraps some of its own functions
+    so that compiler stays out (Optimizer.add_param_group): ember interprets
+    what they wrap. A user's function kept out of torch.compile is a break."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _KEPT_OUT_OF_TORCH_COMPILE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["graphs"] == 1 and result["relu"]
+    assert not result["inlined_break"]
+    assert "users_helper, which is marked torch.compiler.disable" in result["break"]

@@ -100,7 +100,7 @@ def test_tensor_constants_and_the_storable_form():
 
 
 def test_unknown_target_lists_the_available_ones():
-    with pytest.raises(ValueError, match="available: auto, cpp, torch"):
+    with pytest.raises(ValueError, match="available: auto, cpp, triton, torch"):
         compile_graph(aten_graph(thin_path), [], target="vulkan")
 
 

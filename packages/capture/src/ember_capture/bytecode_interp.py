@@ -255,6 +255,23 @@ class Interpreter:
             wrapped_source = fn.source and AttrSource(fn.source, "__wrapped__")
             fn = ObjectValue(func.__wrapped__, wrapped_source)
             func = fn.value
+        kept_out = getattr(func, "_torchdynamo_orig_callable", None)
+        if getattr(func, "_torchdynamo_disable", False) and callable(kept_out):
+            # The same keep-out, made by torch's compiler once it is imported
+            # (its wrapper switches the frame hook off and on): torch's own
+            # functions are interpreted as they are; a user's function that
+            # someone kept out of torch.compile runs as Python.
+            if not getattr(kept_out, "__module__", "").startswith("torch"):
+                raise self.unsupported(
+                    f"calling {getattr(kept_out, '__qualname__', kept_out)}, "
+                    "which is marked torch.compiler.disable",
+                    "it runs as Python, between graphs",
+                )
+            source = fn.source and AttrSource(fn.source, "_torchdynamo_orig_callable")
+            fn = ObjectValue(kept_out, source)
+            func = fn.value
+            if not isinstance(func, types.FunctionType):
+                raise self.unsupported(f"calling {func!r}")
         if never_captured(func):
             raise self.unsupported(
                 f"calling {func.__qualname__}, which is marked never to be "

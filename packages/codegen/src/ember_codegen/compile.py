@@ -8,6 +8,8 @@ torch, which every graph also keeps as its fallback.
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from .compiled import CompiledGraph
 from .locations import graph_locations
 from .lowering.core import c_name
 from .lowering.rules import lower_graph
-from .render import LOOP_TARGETS, Scheduled, renderer
+from .render import LOOP_TARGETS, Scheduled, Unsupported, renderer
 from .render.cpp.build import Signer
 from .render.torch import emit_wrapper
 from .scheduling.fusion import Kernel, schedule
@@ -64,8 +66,7 @@ def compile_graph(
     for each new set of sizes it is called with (``specialize.PerSizeGraph``).
     """
     if target == "auto":
-        usable = (name for name in LOOP_TARGETS if renderer(name).available())
-        target = next(usable, "torch")
+        target = _auto_target(example_inputs)
     if target not in TARGETS:
         raise ValueError(
             f"unknown codegen target {target!r}; available: auto, {', '.join(TARGETS)}"
@@ -79,17 +80,11 @@ def compile_graph(
     wrapper = emit_wrapper(gm, title)
     constants = {name: getattr(gm, name) for name in wrapper.constant_names}
     locations = graph_locations(gm)
-    reason = _not_for_loops(gm, example_inputs) if target != "torch" else None
+    reason = _not_for_loops(gm, example_inputs, target) if target != "torch" else None
     if target == "torch" or reason:
         if reason:
             log.info("graph %s runs through torch: %s", title, reason)
-        return CompiledGraph(
-            wrapper.source,
-            "torch",
-            wrapper.fallback_ops,
-            constants,
-            locations=locations,
-        )
+        return _through_torch(wrapper, constants, locations)
 
     lowered = lower_graph(gm, example_inputs)
     steps = schedule(lowered)
@@ -99,9 +94,15 @@ def compile_graph(
         write_in_place(s, plan.in_place) if isinstance(s, Kernel) else s
         for s in steps.steps
     ]
-    rendered = renderer(target).render(
-        Scheduled(title, lowered, steps, plan, check_inputs)
-    )
+    try:
+        rendered = renderer(target).render(
+            Scheduled(
+                title, lowered, steps, plan, check_inputs, _device(example_inputs)
+            )
+        )
+    except Unsupported as e:
+        log.info("graph %s runs through torch: %s", title, e)
+        return _through_torch(wrapper, constants, locations)
     return CompiledGraph(
         rendered.wrapper_source,
         target,
@@ -114,6 +115,42 @@ def compile_graph(
         locations,
         signer,
     )
+
+
+def _device(example_inputs: Sequence[object]) -> str:
+    """The device type of the graph's tensor inputs ("cpu" when it has none)."""
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    return "cpu"
+
+
+def _through_torch(wrapper, constants: dict, locations: tuple) -> CompiledGraph:
+    """The graph as the "torch" target's wrapper: each aten op through torch."""
+    return CompiledGraph(
+        wrapper.source, "torch", wrapper.fallback_ops, constants, locations=locations
+    )
+
+
+def _auto_target(example_inputs: Sequence[object]) -> str:
+    """ "cpp" for CPU inputs when a C++ compiler runs; "triton" for CUDA inputs
+    when Triton is installed (else "torch", saying so once); else "torch"."""
+    on_cuda = any(isinstance(v, torch.Tensor) and v.is_cuda for v in example_inputs)
+    if not on_cuda:
+        return "cpp" if renderer("cpp").available() else "torch"
+    if renderer("triton").available():
+        return "triton"
+    if not _warned_no_triton:
+        _warned_no_triton.append(True)
+        warnings.warn(
+            "ember: Triton is not installed, so graphs on CUDA tensors run "
+            "through torch op by op; pip install 'ember-codegen[triton]'",
+            stacklevel=3,
+        )
+    return "torch"
+
+
+_warned_no_triton: list[bool] = []
 
 
 def per_size_compiler(
@@ -174,13 +211,16 @@ def _plain_name(name: str) -> bool:
 
 
 def _not_for_loops(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[object]
+    gm: torch.fx.GraphModule, example_inputs: Sequence[object], target: str
 ) -> str | None:
     """Why the whole graph must run through torch, or None."""
+    # C++ kernels run on CPU tensors; Triton's on the GPU, or on CPU tensors
+    # under its interpreter.
+    device = "cpu" if target == "cpp" or _interpreted() else "cuda"
     for value in example_inputs:
         if not isinstance(value, torch.Tensor):
             return f"an input is a {type(value).__name__}, not a tensor"
-        if value.device.type != "cpu" or value.layout != torch.strided:
+        if value.device.type != device or value.layout != torch.strided:
             return f"an input is on {value.device} with layout {value.layout}"
     for node in gm.graph.nodes:
         if node.op == "get_attr" and not _plain_name(node.target):
@@ -190,3 +230,7 @@ def _not_for_loops(
             # Lowered views would not see the mutation; the torch wrapper does.
             return f"{op} mutates its input"
     return None
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"

@@ -9,7 +9,6 @@ name the current program's lines.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import hashlib
 import io
@@ -24,9 +23,9 @@ import torch
 
 from .locations import replace_locations
 from .profile import ACTIVE, GraphProfile, instrument
-from .render import KernelInfo
-from .render.cpp.build import KERNEL_BREAK, Signer, load_library
-from .render.cpp.wrapper import WRAPPER_HELPERS
+from .render import KERNEL_BREAKS, KernelInfo, load_kernels
+from .render.cpp.build import KERNEL_BREAK, Signer
+from .render.loop_wrapper import WRAPPER_HELPERS
 from .render.torch import WRAPPER_GLOBALS
 
 log = logging.getLogger("ember.output_code")
@@ -100,16 +99,9 @@ class CompiledGraph:
                 self.torch_source, fallback_ns, "torch wrapper"
             )
         if self.cpp_source:
-            lib, path = load_library(
-                self.cpp_source, self.cache_dir, self.locations, self.signer
-            )
+            found, path = load_kernels(self.target)(self)
             object.__setattr__(self, "library_path", path)
-            for info in self.kernels:
-                if info.kind == "loop":
-                    fn = getattr(lib, info.name)
-                    fn.argtypes = [ctypes.c_void_p] * info.arity
-                    fn.restype = ctypes.c_int if info.checks_indices else None
-                    namespace[info.name] = fn
+            namespace.update(found)
         object.__setattr__(self, "_namespace", namespace)
         object.__setattr__(
             self, "_call", _exec(self.wrapper_source, dict(namespace), "wrapper")
@@ -129,11 +121,12 @@ class CompiledGraph:
         return [k for k in self.kernels if k.kind == "loop"]
 
     def kernel_source(self, name: str) -> str:
-        """The C++ of the generated loop kernel ``name`` (one of ``loops()``),
-        without the preamble the translation unit starts with. KeyError if the
-        graph has no such kernel."""
-        for part in self.cpp_source.split(f"\n{KERNEL_BREAK}\n")[1:]:
-            if f" void {name}(" in part:
+        """The source of the generated loop kernel ``name`` (one of
+        ``loops()``: C++, or Triton's Python), without the preamble the
+        graph's source starts with. KeyError if the graph has no such kernel."""
+        split = f"\n{KERNEL_BREAKS.get(self.target, KERNEL_BREAK)}\n"
+        for part in self.cpp_source.split(split)[1:]:
+            if f" void {name}(" in part or f"def {name}(" in part:
                 return part.strip() + "\n"
         raise KeyError(f"no generated kernel named {name!r}")
 

@@ -258,21 +258,22 @@ def unit_stride_dim(flats: Sequence[Index], sizes: Sequence[int]) -> int:
     return best if unit_steps(best) > unit_steps(last) else last
 
 
-def render_term(term: Term, leaf: Leaf | None = None) -> str:
+def render_term(term: Term, leaf: Leaf | None = None, floor_div: str = "/") -> str:
     if isinstance(term, Var):
         return term.name
     if isinstance(term, Indirect):
         return leaf(term) if leaf else f"[{term.value!r}]"
-    op = "/" if isinstance(term, Div) else "%"
-    return f"(({render(term.num, leaf)}) {op} {term.den})"
+    op = floor_div if isinstance(term, Div) else "%"
+    return f"(({render(term.num, leaf, floor_div)}) {op} {term.den})"
 
 
-def render(e: Index, leaf: Leaf | None = None) -> str:
-    """C (and Python) source of a non-negative index; all variables are int64.
-    ``leaf`` writes each ``Indirect`` term (the C variable holding its value)."""
+def render(e: Index, leaf: Leaf | None = None, floor_div: str = "/") -> str:
+    """C source of a non-negative index; all variables are int64. ``leaf``
+    writes each ``Indirect`` term (the C variable holding its value);
+    ``floor_div="//"`` writes Python's (and Triton's) integer division."""
     parts = []
     for term, coef in e.terms:
-        t = render_term(term, leaf)
+        t = render_term(term, leaf, floor_div)
         parts.append(t if coef == 1 else f"{coef}*{t}")
     if e.const or not parts:
         parts.append(str(e.const))

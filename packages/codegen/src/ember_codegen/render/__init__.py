@@ -10,13 +10,22 @@ renderer: a graph loaded from the cache needs none of them.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from ..errors import CodegenError
 
 if TYPE_CHECKING:
     from ..ir.nodes import LoweredGraph
     from ..scheduling.fusion import Schedule
     from ..scheduling.memory import MemoryPlan
+
+
+class Unsupported(CodegenError):
+    """A renderer has no form yet for part of a graph: the graph runs through
+    torch (the "torch" target) instead, and the reason is logged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,7 @@ class Scheduled:
     schedule: Schedule
     plan: MemoryPlan
     check_inputs: bool  # whether the wrapper checks each call's inputs
+    device: str = "cpu"  # where the inputs are, and the buffers are made
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +77,30 @@ class Renderer(Protocol):
 
 
 # Loop target -> the module whose RENDERER renders it, imported on first use.
-LOOP_TARGETS = {"cpp": "ember_codegen.render.cpp.renderer"}
+LOOP_TARGETS = {
+    "cpp": "ember_codegen.render.cpp.renderer",
+    "triton": "ember_codegen.render.triton.renderer",
+}
+# Loop target -> the module whose ``load_kernels(compiled)`` returns the
+# kernels a CompiledGraph's wrapper calls, by name, and the file they were
+# loaded from (None: none). Apart from the renderers: a graph loaded from the
+# cache imports only this.
+KERNEL_LOADERS = {
+    "cpp": "ember_codegen.render.cpp.load",
+    "triton": "ember_codegen.render.triton.load",
+}
+
+
+# Per loop target, the line its renderer puts before each kernel of a graph's
+# source: the C++ build splits a unit there, and ``kernel_source`` finds one.
+KERNEL_BREAKS = {"cpp": "// " + "-" * 77, "triton": "# " + "-" * 77}
 
 
 def renderer(target: str) -> Renderer:
     """The renderer of a loop target (one of LOOP_TARGETS)."""
     return importlib.import_module(LOOP_TARGETS[target]).RENDERER
+
+
+def load_kernels(target: str) -> Callable[..., tuple[dict[str, Callable], Path | None]]:
+    """The kernel loader of a loop target (one of KERNEL_LOADERS)."""
+    return importlib.import_module(KERNEL_LOADERS[target]).load_kernels

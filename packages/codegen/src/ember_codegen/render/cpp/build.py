@@ -36,6 +36,7 @@ from typing import Protocol
 
 from ...errors import CodegenError
 from ...locations import replace_locations
+from .. import KERNEL_BREAKS
 
 log = logging.getLogger("ember.kernel_cache")
 
@@ -409,7 +410,7 @@ def _compile(source: str, cache_dir: Path, key: str, signer: Signer) -> bytes:
 
 # The C++ emitter puts this line before each kernel of a graph's source, so
 # the build can compile groups of kernels side by side (``split_units``).
-KERNEL_BREAK = "// " + "-" * 77
+KERNEL_BREAK = KERNEL_BREAKS["cpp"]
 # Kernel text below this many characters compiles in one unit: a second
 # compiler process and the link cost more than they save.
 PARALLEL_BUILD_CHARS = 16_000

@@ -1,24 +1,43 @@
-"""The Python wrapper of the C++ target: checks the inputs match what the kernels
-were compiled for (else runs the graph through torch), allocates buffers as the
-memory plan says, calls kernels and library functions, frees buffers early.
+"""The Python wrapper of a loop target (C++, Triton): checks the inputs match
+what the kernels were compiled for (else runs the graph through torch),
+allocates buffers as the memory plan says, calls kernels and library
+functions, frees buffers early. How a kernel is called is the target's
+(``Launch``); the rest is shared.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
-from ...ir.aten import STORAGE_READERS
-from ...ir.nodes import Extern, LoweredGraph, Ref, TensorSpec, describe_origin, refs
-from ...scheduling.fusion import AliasView, Kernel, Schedule
-from ...scheduling.memory import MemoryPlan, nbytes
-from .. import KernelInfo
-from ..torch import op_path, render_arg
-from .kernels import checks_indices
+from ..ir.aten import STORAGE_READERS
+from ..ir.nodes import Extern, LoweredGraph, Ref, TensorSpec, describe_origin, refs
+from ..scheduling.fusion import AliasView, Kernel, Schedule
+from ..scheduling.memory import MemoryPlan, nbytes
+from . import KernelInfo
+from .torch import op_path, render_arg
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a target's wrapper calls its kernels: ``call(kernel, args)`` is the
+    call expression given its argument expressions, which are the buffers'
+    data pointers (``pointers``) or the tensors themselves; a kernel that
+    ``checks_indices`` returns nonzero for an out-of-range index, and the
+    wrapper then runs the graph through torch (which raises torch's error)."""
+
+    target: str
+    language: str  # of the kernels' source, for the wrapper's header
+    call: Callable[[Kernel, list[str]], str]
+    pointers: bool
+    checks_indices: Callable[[Kernel], bool]
 
 
 def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Tensor:
     """A tensor of another dtype and layout over ``t``'s memory (a reused buffer)."""
-    out = torch.empty(0, dtype=dtype)
+    out = torch.empty(0, dtype=dtype, device=t.device)
     return out.set_(
         t.untyped_storage(),
         t.storage_offset() * t.element_size() // out.element_size(),
@@ -47,25 +66,29 @@ def _layout(spec: TensorSpec) -> str:
     return f"{tuple(spec.sizes)}, {tuple(spec.strides)}"
 
 
-def _spec_args(spec: TensorSpec) -> str:
-    return f"{tuple(spec.sizes)}, {tuple(spec.strides)}, dtype={spec.dtype}"
+def _spec_args(spec: TensorSpec, device: str) -> str:
+    on = "" if device == "cpu" else f", device={device!r}"
+    return f"{tuple(spec.sizes)}, {tuple(spec.strides)}, dtype={spec.dtype}{on}"
 
 
-def emit_cpp_wrapper(
+def emit_loop_wrapper(
     lowered: LoweredGraph,
     schedule: Schedule,
     plan: MemoryPlan,
     title: str,
+    launch: Launch,
     check_inputs: bool = True,
+    device: str = "cpu",
 ) -> tuple[str, tuple[KernelInfo, ...]]:
     """Source defining ``call(*inputs)`` and the list of kernels it runs; with
     ``check_inputs`` its first line sends inputs unlike the compiled ones to the
     "torch" wrapper."""
     specs = lowered.specs
     params = list(lowered.inputs)
+    on_device = "is_cpu" if device == "cpu" else f"device.type == {device!r}"
     guard = " and ".join(
         f"{n}.dtype is {specs[n].dtype} and {n}.shape == {tuple(specs[n].sizes)} "
-        f"and {n}.stride() == {tuple(specs[n].strides)} and {n}.is_cpu"
+        f"and {n}.stride() == {tuple(specs[n].strides)} and {n}.{on_device}"
         for n in params
         if check_inputs
     )
@@ -99,11 +122,17 @@ def emit_cpp_wrapper(
                 if name in given:
                     continue  # an input the kernel updates in place
                 body += _allocate(
-                    plan.allocations[name], specs[name], name in tensor_needed
+                    plan.allocations[name],
+                    specs[name],
+                    name in tensor_needed,
+                    device,
                 )
             body.append(f"# {step.name}: {describe_origin(step.origin)}")
             args = []
             for name in _kernel_args(step):
+                if not launch.pointers:
+                    args.append(name)
+                    continue
                 if kernel_uses[name] == 1:
                     args.append(f"{name}.data_ptr()")
                     continue
@@ -111,13 +140,13 @@ def emit_cpp_wrapper(
                     body.append(f"{name}_ptr = {name}.data_ptr()")
                     pointers.add(name)
                 args.append(f"{name}_ptr")
-            launch = f"{step.name}({', '.join(args)})"
-            checked = checks_indices(step)
+            call = launch.call(step, args)
+            checked = launch.checks_indices(step)
             if checked:
                 # torch raises its own error for the out-of-range index.
-                body += [f"if {launch}:", f"    return fallback({', '.join(params)})"]
+                body += [f"if {call}:", f"    return fallback({', '.join(params)})"]
             else:
-                body.append(launch)
+                body.append(call)
             moved = sum(nbytes(specs[n]) for n in _kernel_args(step))
             kernels.append(
                 KernelInfo(
@@ -145,7 +174,8 @@ def emit_cpp_wrapper(
     externs = sum(k.kind == "extern" for k in kernels)
     header = [
         f"# ember codegen: {title}",
-        f"# target 'cpp': {loops} generated loop kernels (C++ source below), "
+        f"# target {launch.target!r}: {loops} generated loop kernels "
+        f"({launch.language} source below), "
         f"{externs} library calls, {len(lowered.fallback_ops)} ops through torch",
         f"def call({', '.join(params)}):",
     ]
@@ -169,9 +199,9 @@ def _refs(step: Extern) -> list[str]:
     return refs(step.args) + refs(step.kwargs)
 
 
-def _allocate(alloc, spec: TensorSpec, as_tensor: bool) -> list[str]:
+def _allocate(alloc, spec: TensorSpec, as_tensor: bool, device: str) -> list[str]:
     if alloc.reuses is None:
-        return [f"{alloc.name} = empty_strided({_spec_args(spec)})"]
+        return [f"{alloc.name} = empty_strided({_spec_args(spec, device)})"]
     if as_tensor:
         make = (
             f"reinterpret({alloc.reuses}, {spec.dtype}, {tuple(spec.sizes)}, "

@@ -1,0 +1,29 @@
+"""Loading a C++ graph's kernels: its library from the kernel cache (or built
+now), each loop kernel bound through ctypes with its pointer arguments."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .build import load_library
+
+if TYPE_CHECKING:
+    from ...compiled import CompiledGraph
+
+
+def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | None]:
+    """The loop kernels of ``compiled`` by name, and the library they are in."""
+    lib, path = load_library(
+        compiled.cpp_source, compiled.cache_dir, compiled.locations, compiled.signer
+    )
+    kernels = {}
+    for info in compiled.kernels:
+        if info.kind == "loop":
+            fn = getattr(lib, info.name)
+            fn.argtypes = [ctypes.c_void_p] * info.arity
+            fn.restype = ctypes.c_int if info.checks_indices else None
+            kernels[info.name] = fn
+    return kernels, path

@@ -1,0 +1,400 @@
+"""Triton source for the loop IR: one ``@triton.jit`` function per kernel.
+
+A kernel runs one program per element of its outer loops (``Kernel.outer``;
+one program when it has none). In a program each stage walks its inner
+elements in blocks of at most ``BLOCK`` lanes, masked at the tail: a pointwise
+stage stores its block, a reduction folds its blocks into one accumulator of
+``BLOCK`` lanes and then into the program's value (the looped form; a
+reduction that fits one block runs its loop once, the persistent form).
+Scalar ops map onto ``triton.language``; the few without a core function
+(tanh) are helpers in ``PREAMBLE``, as libdevice is not there under Triton's
+interpreter. What this slice does not render yet (scans, scatters, argmax,
+index checks, some scalar ops) raises ``Unsupported``, and the graph then runs
+through torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ...ir.indexing import Div, Index, Indirect, Mod, Var, render, var
+from ...ir.nodes import (
+    HALF_TYPES,
+    Const,
+    Expr,
+    IndexValue,
+    Load,
+    Pointwise,
+    ReduceKind,
+    Reduction,
+    describe_origin,
+    exprs,
+    loads,
+)
+from ...scheduling.fusion import Kernel
+from .. import KERNEL_BREAKS, Unsupported
+
+# Lanes of one block: a stage's inner elements are walked this many at a time.
+BLOCK = 1024
+
+PREAMBLE = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def ember_to_bf16(x):
+    # float32 to bfloat16 rounding half to even (as torch); Triton's
+    # interpreter truncates in its own conversion.
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    out = rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    nan = tl.full(x.shape, 0x7FC0, tl.uint16).to(tl.bfloat16, bitcast=True)
+    return tl.where(x != x, nan, out)
+
+
+@triton.jit
+def ember_tanh(x):
+    # 1 - 2 / (exp(2x) + 1): exact at 0 and saturating without overflow.
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+"""
+
+TL_TYPES: dict[torch.dtype, str] = {
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.bool: "tl.int1",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float16: "tl.float16",
+}
+
+# Scalar ops as Python/Triton templates over the argument code {0}, {1}, ...
+# and the result type {T}; "select" is rendered with masked branches.
+SCALAR_OPS: dict[str, str] = {
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "div": "({0} / {1})",
+    "neg": "(-{0})",
+    "abs": "tl.abs({0})",
+    "relu": "tl.where({0} < 0, 0, {0})",
+    "exp": "tl.exp({0})",
+    "log": "tl.log({0})",
+    "sqrt": "tl.sqrt({0})",
+    "rsqrt": "(1.0 / tl.sqrt({0}))",
+    "reciprocal": "(1.0 / {0})",
+    "sigmoid": "tl.sigmoid({0})",
+    "tanh": "ember_tanh({0})",
+    "sin": "tl.sin({0})",
+    "cos": "tl.cos({0})",
+    "erf": "tl.erf({0})",
+    "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})",
+    "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
+    "fma": "({0} * {1} + {2})",
+    "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+    "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+    "clamp_min": "tl.where({0} < {1}, {1}, {0})",
+    "clamp_max": "tl.where({0} > {1}, {1}, {0})",
+    "eq": "({0} == {1})",
+    "ne": "({0} != {1})",
+    "lt": "({0} < {1})",
+    "le": "({0} <= {1})",
+    "gt": "({0} > {1})",
+    "ge": "({0} >= {1})",
+    "not": "({0} == 0)",
+    "and": "(({0} != 0) & ({1} != 0))",
+    "or": "(({0} != 0) | ({1} != 0))",
+    "bitwise_not": "(~{0})",
+    "bitwise_and": "({0} & {1})",
+    "bitwise_or": "({0} | {1})",
+    "bitwise_xor": "({0} ^ {1})",
+    "where": "tl.where({0}, {1}, {2})",
+    "cast": "({0}).to({T})",
+    "int_fmod": "({0} % {1})",
+    # Python's modulo from C's: move the remainder by one divisor when signs differ.
+    "int_remainder": "((({0} % {1}) + {1}) % {1})",
+    "index_clamp": "tl.minimum(tl.maximum(tl.where({0} < 0, {0} + {1}, {0}), 0), "
+    "{1} - 1)",
+}
+
+_IDENTITY = {
+    ReduceKind.SUM: "0",
+    ReduceKind.MAX: 'float("-inf")',
+    ReduceKind.MIN: 'float("inf")',
+}
+
+
+@dataclass
+class _Scope:
+    """One kernel's names: buffer strides, the program's reduction values."""
+
+    strides: dict[str, tuple[int, ...]]
+    locals_: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Body:
+    """The statements of one stage's block, each subexpression named once per
+    mask (the same load under another mask is another statement)."""
+
+    scope: _Scope
+    indent: str
+    lanes: int  # the block's width
+    vectors: frozenset[str]  # the loop variables that differ lane by lane
+    lines: list[str] = field(default_factory=list)
+    names: dict[tuple[Expr, str], str] = field(default_factory=dict)
+    masks: int = 0
+
+    def value(self, e: Expr, mask: str) -> str:
+        key = (e, mask)
+        if key not in self.names:
+            code = self._code(e, mask)
+            if isinstance(e, Const):
+                return code
+            name = f"t{len(self.names)}"
+            self.lines.append(f"{self.indent}{name} = {code}")
+            self.names[key] = name
+        return self.names[key]
+
+    def _code(self, e: Expr, mask: str) -> str:
+        if isinstance(e, Const):
+            return _literal(e)
+        if isinstance(e, IndexValue):
+            return f"({self.index(e.index, mask)})"
+        if isinstance(e, Load):
+            if e.name in self.scope.locals_:
+                return self.scope.locals_[e.name]
+            offset = self.offset(e.name, e.index, mask)
+            if not any(self._varies(i) for i in e.index):
+                # the same element in every lane: a block of its address
+                offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
+            code = f"tl.load({e.name} + {_group(offset)}, mask={mask}, other=0)"
+            return f"{code}.to(tl.float32)" if e.dtype in HALF_TYPES else code
+        if e.op == "select":
+            cond = self.value(e.args[0], mask)
+            taken = self._mask(f"{mask} & ({cond} != 0)")
+            other = self._mask(f"{mask} & ({cond} == 0)")
+            a, b = self.value(e.args[1], taken), self.value(e.args[2], other)
+            return f"tl.where({cond} != 0, {a}, {b})"
+        template = SCALAR_OPS.get(e.op)
+        if template is None:
+            raise Unsupported(f"the scalar op {e.op!r} has no Triton form yet")
+        args = [self.value(a, mask) for a in e.args]
+        if e.op == "cast" and e.dtype in HALF_TYPES:
+            # rounded to the 16-bit type, computed on in float32 (as loaded)
+            return f"{_narrow(args[0], e.dtype)}.to(tl.float32)"
+        return template.format(*args, T=TL_TYPES[e.dtype])
+
+    def _mask(self, code: str) -> str:
+        name = f"m{self.masks}"
+        self.masks += 1
+        self.lines.append(f"{self.indent}{name} = {code}")
+        return name
+
+    def _varies(self, i: Index) -> bool:
+        """Whether index ``i`` differs between the lanes of a block."""
+        for term, _ in i.terms:
+            if isinstance(term, Var) and term.name in self.vectors:
+                return True
+            if isinstance(term, (Div, Mod)) and self._varies(term.num):
+                return True
+            if isinstance(term, Indirect):
+                return True  # its value is a block (loaded with the mask)
+        return False
+
+    def index(self, i: Index, mask: str) -> str:
+        return render(i, lambda term: self._indirect(term, mask), floor_div="//")
+
+    def _indirect(self, term: Indirect, mask: str) -> str:
+        return self.value(term.value, mask)
+
+    def offset(self, name: str, index: tuple[Index, ...], mask: str) -> str:
+        strides = self.scope.strides[name]
+        parts = []
+        for i, stride in zip(index, strides, strict=True):
+            code = self.index(i, mask)
+            if stride != 0 and code != "0":
+                code = code if code.isidentifier() else f"({code})"
+                parts.append(code if stride == 1 else f"{code} * {stride}")
+        return " + ".join(parts) or "0"
+
+
+def _narrow(code: str, dtype: torch.dtype) -> str:
+    """``code`` converted to ``dtype`` for a store (or a cast)."""
+    if dtype == torch.bfloat16:
+        return f"ember_to_bf16({code})"
+    return f"({code}).to({TL_TYPES[dtype]})"
+
+
+def _group(code: str) -> str:
+    """``code`` as one operand of ``+``."""
+    return code if code.isidentifier() or code.isdigit() else f"({code})"
+
+
+def _literal(c: Const) -> str:
+    if isinstance(c.value, bool):
+        return "1" if c.value else "0"
+    if isinstance(c.value, float):
+        if math.isnan(c.value):
+            return 'float("nan")'
+        if math.isinf(c.value):
+            return f'float("{"-" if c.value < 0 else ""}inf")'
+        return repr(c.value)
+    return str(c.value)
+
+
+def _split(var_prefix: str, start: int, sizes: tuple[int, ...], flat: str) -> list:
+    """Statements naming each dim's variable from a flat position below the
+    product of ``sizes``."""
+    lines = []
+    for k, size in enumerate(sizes):
+        inner = math.prod(sizes[k + 1 :])
+        code = flat if inner == 1 else f"{flat} // {inner}"
+        code = code if k == 0 else f"({code}) % {size}"
+        lines.append(f"{var_prefix}{start + k} = {code}")
+    return lines
+
+
+def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
+    """The ``@triton.jit`` function of one kernel; Unsupported if it has a
+    stage or op this renderer does not handle."""
+    outer = kernel.outer
+    scope = _Scope(dict(strides))
+    params = [n for n in kernel.reads if n not in kernel.stored]
+    params += [s.name for s in kernel.stages if s.name in kernel.stored]
+    lines = [
+        "@triton.jit",
+        f"def {kernel.name}({', '.join(params)}):",
+        f"    # {describe_origin(kernel.origin)}",
+        "    pid = tl.program_id(0)",
+    ]
+    lines += ["    " + s for s in _split("i", 0, outer, "pid")]
+    written: set[str] = set()
+    for stage in kernel.stages:
+        if any(ld.name in written for e in exprs(stage) for ld in loads(e)):
+            lines.append("    tl.debug_barrier()  # reads what this program stored")
+        if isinstance(stage, Pointwise):
+            lines += _pointwise(stage, kernel, scope)
+        elif isinstance(stage, Reduction):
+            lines += _reduction(stage, kernel, scope)
+        else:
+            raise Unsupported(f"{type(stage).__name__} stages have no Triton form yet")
+        if stage.name in kernel.stored:
+            written.add(stage.name)
+    return "\n".join(lines) + "\n"
+
+
+def _pointwise(stage: Pointwise, kernel: Kernel, scope: _Scope) -> list[str]:
+    if stage.name not in kernel.stored:
+        raise Unsupported("a pointwise stage kept in registers")
+    if stage.sizes[: len(kernel.outer)] != kernel.outer:
+        raise Unsupported("a pointwise stage outside its kernel's outer loops")
+    inner = stage.sizes[len(kernel.outer) :]
+    n = math.prod(inner)
+    block = min(BLOCK, _pow2(n))
+    first = len(kernel.outer)
+    lanes = frozenset(f"i{d}" for d in range(first, len(stage.sizes)))
+    body = _Body(scope, "        ", block, lanes)
+    body.lines += [
+        f"        flat = start + tl.arange(0, {block})",
+        f"        mask = flat < {n}",
+    ]
+    body.lines += ["        " + s for s in _split("i", first, inner, "flat")]
+    value = body.value(stage.expr, "mask")
+    out = Load(stage.name, _vars(stage.sizes, "i"), stage.dtype)
+    offset = body.offset(stage.name, out.index, "mask")
+    if not inner:  # one element per program: a block of one address
+        offset = f"{offset} + tl.zeros([1], tl.int32)"
+    body.lines.append(
+        f"        tl.store({stage.name} + {_group(offset)}, "
+        f"{_narrow(value, stage.dtype)}, mask=mask)"
+    )
+    return [
+        f"    # {stage.name} = {describe_origin(stage.origin)}",
+        f"    for start in range(0, {n}, {block}):",
+        *body.lines,
+    ]
+
+
+def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
+    # max/min start from an infinity: float accumulators only, for now.
+    floats = stage.kind is ReduceKind.SUM or stage.acc_dtype.is_floating_point
+    if stage.sizes != kernel.outer or stage.kind not in _IDENTITY or not floats:
+        raise Unsupported(f"a {stage.kind.value} reduction of this shape or dtype")
+    n = math.prod(stage.reduce_sizes)
+    block = min(BLOCK, _pow2(n))
+    acc = f"{stage.name}_acc"
+    acc_type = TL_TYPES[stage.acc_dtype]
+    identity = _IDENTITY[stage.kind]
+    lanes = frozenset(f"r{d}" for d in range(len(stage.reduce_sizes)))
+    body = _Body(scope, "        ", block, lanes)
+    body.lines += [
+        f"        flat = start + tl.arange(0, {block})",
+        f"        mask = flat < {n}",
+    ]
+    body.lines += ["        " + s for s in _split("r", 0, stage.reduce_sizes, "flat")]
+    value = body.value(stage.expr, "mask")
+    term = f"tl.where(mask, ({value}).to({acc_type}), {identity})"
+    if stage.kind is ReduceKind.SUM:
+        body.lines.append(f"        {acc} = {acc} + {term}")
+    else:
+        fold = "maximum" if stage.kind is ReduceKind.MAX else "minimum"
+        body.lines.append(
+            f"        {acc} = tl.{fold}({acc}, {term}, "
+            "propagate_nan=tl.PropagateNan.ALL)"
+        )
+    result = f"{stage.name}_val"
+    lines = [
+        f"    # {stage.name} = {stage.kind.value} of {describe_origin(stage.origin)}",
+        f"    {acc} = tl.full([{block}], {identity}, {acc_type})",
+        f"    for start in range(0, {n}, {block}):",
+        *body.lines,
+    ]
+    if stage.kind is ReduceKind.SUM:
+        lines.append(f"    {result} = tl.sum({acc}, 0)")
+    else:
+        # tl.max/min skip NaN; torch's amax/amin propagate it.
+        fold = "max" if stage.kind is ReduceKind.MAX else "min"
+        lines += [
+            f"    {result} = tl.{fold}({acc}, 0)",
+            f"    {result} = tl.where(tl.sum(({acc} != {acc}).to(tl.int32), 0) > 0, "
+            f'float("nan"), {result})',
+        ]
+    scope.locals_[stage.name] = result
+    if stage.name in kernel.stored:
+        out = _Body(scope, "    ", 1, frozenset())
+        offset = out.offset(stage.name, _vars(stage.sizes, "i"), "True")
+        lines += out.lines
+        lines.append(
+            f"    tl.store({stage.name} + {_group(offset)}, "
+            f"{_narrow(result, stage.dtype)})"
+        )
+    return lines
+
+
+def _vars(sizes: tuple[int, ...], prefix: str) -> tuple[Index, ...]:
+    return tuple(var(f"{prefix}{d}", size) for d, size in enumerate(sizes))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def grid(kernel: Kernel) -> int:
+    """Programs to launch: one per element of the outer loops."""
+    return math.prod(kernel.outer)
+
+
+KERNEL_BREAK = KERNEL_BREAKS["triton"]
+
+
+def emit_source(kernels: list[Kernel], strides, title: str) -> str:
+    """The module holding every kernel of a graph, preamble first."""
+    parts = [f"# {title}\n{PREAMBLE}"]
+    parts += [emit_kernel(k, strides) for k in kernels]
+    return f"\n{KERNEL_BREAK}\n".join(parts)

@@ -1,0 +1,174 @@
+"""The Triton target on the lowering's op families, against eager: under
+Triton's interpreter on CPU tensors (``nox -s triton`` sets TRITON_INTERPRET=1),
+or on the GPU with EMBER_TEST_DEVICE=cuda (benchmarks/gpu_check.py). Each case
+says whether its graph runs as Triton kernels or, for what the target does not
+render yet, through torch, and either way matches eager."""
+
+import os
+
+import pytest
+import torch
+from conftest import aten_graph, check
+from test_cpp_pipeline import chain10
+
+from ember_codegen import compile_graph
+
+pytest.importorskip("triton")
+DEVICE = torch.device(os.environ.get("EMBER_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip(
+        "Triton on CPU tensors needs TRITON_INTERPRET=1", allow_module_level=True
+    )
+
+aten = torch.ops.aten
+
+
+def _randn(*sizes, dtype=torch.float32):
+    return torch.randn(*sizes, dtype=dtype, device=DEVICE)
+
+
+def _nan_rows(*sizes):
+    x = _randn(*sizes)
+    x[1, 3] = float("nan")
+    return x
+
+
+def _layer_norm(x, w, b):
+    out = aten.native_layer_norm.default(x, [32], w, b, 1e-5)
+    return (out[0], out[1], out[2])
+
+
+CASES = {
+    "pointwise chain": (chain10, lambda: (_randn(16, 33), _randn(33))),
+    "broadcast over a transposed input": (
+        lambda x, b: (aten.add.Tensor(aten.t.default(x), b),),
+        lambda: (_randn(24, 10), _randn(24)),
+    ),
+    "sum over each dim": (
+        lambda x: (
+            aten.sum.dim_IntList(x, [2]),
+            aten.sum.dim_IntList(x, [1], True),
+            aten.sum.dim_IntList(x, [0]),
+        ),
+        lambda: (_randn(4, 6, 40),),
+    ),
+    "amax and amin propagate NaN": (
+        lambda x: (aten.amax.default(x, [1]), aten.amin.default(x, [0])),
+        lambda: (_nan_rows(6, 9),),
+    ),
+    "mean and var": (
+        lambda x: (
+            aten.mean.dim(x, [1]),
+            aten.var.correction(x, [1], correction=1),
+        ),
+        lambda: (_randn(5, 300),),
+    ),
+    "softmax over a long row (looped reduction)": (
+        lambda x: (aten._softmax.default(x, 1, False),),
+        lambda: (_randn(3, 2500),),
+    ),
+    "layer norm": (
+        _layer_norm,
+        lambda: (_randn(2, 7, 32), _randn(32), _randn(32)),
+    ),
+    "gelu, tanh, sigmoid, erf": (
+        lambda x: (
+            aten.gelu.default(x),
+            aten.tanh.default(x),
+            aten.sigmoid.default(x),
+            aten.erf.default(x),
+        ),
+        lambda: (_randn(9, 13) * 4,),
+    ),
+    "concatenation (masked branches)": (
+        lambda a, b: (aten.cat.default([a, b], 1),),
+        lambda: (_randn(4, 3), _randn(4, 5)),
+    ),
+    "where, comparisons and casts": (
+        lambda x, y: (
+            aten.where.self(aten.gt.Tensor(x, y), x, y),
+            aten._to_copy.default(aten.mul.Tensor(x, 3), dtype=torch.float64),
+            aten.ne.Scalar(x, 0.5),
+        ),
+        lambda: (_randn(6, 7), _randn(6, 7)),
+    ),
+    "bfloat16 computed in float32": (
+        lambda x, y: (aten.mul.Tensor(aten.add.Tensor(x, y), y),),
+        lambda: (
+            _randn(8, 16, dtype=torch.bfloat16),
+            _randn(8, 16, dtype=torch.bfloat16),
+        ),
+    ),
+    "matmul epilogue": (
+        lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
+        lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),
+    ),
+}
+
+# Not rendered yet: the graph runs through torch, and still matches eager.
+THROUGH_TORCH = {
+    "index_select (an index check)": (
+        lambda x, i: (aten.index_select.default(x, 0, i),),
+        lambda: (_randn(5, 4), torch.tensor([4, 0, 2], device=DEVICE)),
+    ),
+    "cumsum (a scan)": (
+        lambda x: (aten.cumsum.default(x, 1),),
+        lambda: (_randn(3, 8),),
+    ),
+}
+
+
+def _compile(fn, inputs, tmp_path):
+    return compile_graph(
+        aten_graph(fn), list(inputs), target="triton", cache_dir=tmp_path
+    )
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_renders_as_triton_kernels_and_matches_eager(name, tmp_path):
+    fn, make = CASES[name]
+    inputs = make()
+    compiled = _compile(fn, inputs, tmp_path)
+    assert compiled.target == "triton" and compiled.loops()
+    for kernel in compiled.loops():
+        assert compiled.kernel_source(kernel.name).startswith("@triton.jit")
+    # A fused bfloat16 chain rounds once, at its store (as the C++ target and
+    # Inductor do); eager rounds after each op.
+    half = any(t.dtype == torch.bfloat16 for t in inputs)
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if half else {"rtol": 1e-4, "atol": 1e-5}
+    check(compiled, fn, *inputs, **tolerance)
+    check(compiled, fn, *make(), **tolerance)  # fresh data, same kernels
+
+
+@pytest.mark.parametrize("name", list(THROUGH_TORCH))
+def test_what_is_not_rendered_yet_runs_through_torch(name, tmp_path):
+    fn, make = THROUGH_TORCH[name]
+    inputs = make()
+    compiled = _compile(fn, inputs, tmp_path)
+    assert compiled.target == "torch"
+    check(compiled, fn, *inputs)
+
+
+def test_a_kernel_names_its_aten_ops_and_buffers(tmp_path):
+    def fn(x, b):
+        return (aten.sum.dim_IntList(aten.relu.default(aten.add.Tensor(x, b)), [1]),)
+
+    x, b = _randn(4, 8), _randn(8)
+    compiled = _compile(fn, (x, b), tmp_path)
+    (kernel,) = compiled.loops()
+    text = compiled.kernel_source(kernel.name)
+    assert f"def {kernel.name}(x, b, " in text
+    assert "# aten.add.Tensor, aten.relu.default, aten.sum.dim_IntList" in text
+    assert f"{kernel.name}[(4,)](x, b, " in compiled.wrapper_source
+    check(compiled, fn, x, b)
+
+
+def test_stored_and_loaded_again_without_lowering(tmp_path):
+    from ember_codegen import CompiledGraph
+
+    fn, make = CASES["layer norm"]
+    inputs = make()
+    blob = _compile(fn, inputs, tmp_path).to_bytes()
+    loaded = CompiledGraph.from_bytes(blob, cache_dir=tmp_path)
+    assert loaded.target == "triton"
+    check(loaded, fn, *inputs, rtol=1e-4, atol=1e-5)
