@@ -16,7 +16,7 @@ from ..ir.aten import STORAGE_READERS
 from ..ir.nodes import Extern, LoweredGraph, Ref, TensorSpec, describe_origin, refs
 from ..scheduling.fusion import AliasView, Kernel, Schedule
 from ..scheduling.memory import MemoryPlan, nbytes
-from . import KernelInfo
+from . import KernelInfo, Rendered, Scheduled
 from .torch import op_path, render_arg
 
 
@@ -33,6 +33,29 @@ class Launch:
     call: Callable[[Kernel, list[str]], str]
     pointers: bool
     checks_indices: Callable[[Kernel], bool]
+
+
+def render_loops(
+    scheduled: Scheduled,
+    emit_source: Callable[[list[Kernel], dict[str, tuple[int, ...]], str], str],
+    launch: Launch,
+) -> Rendered:
+    """A loop target's rendering: its kernels' source from ``emit_source``
+    (kernels, each buffer's strides, the graph's title) and this wrapper."""
+    lowered = scheduled.lowered
+    kernels = [s for s in scheduled.schedule.steps if isinstance(s, Kernel)]
+    strides = {name: spec.strides for name, spec in lowered.specs.items()}
+    source = emit_source(kernels, strides, scheduled.title) if kernels else ""
+    wrapper, infos = emit_loop_wrapper(
+        lowered,
+        scheduled.schedule,
+        scheduled.plan,
+        scheduled.title,
+        launch,
+        scheduled.check_inputs,
+        scheduled.device,
+    )
+    return Rendered(wrapper, source, infos)
 
 
 def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Tensor:

@@ -9,9 +9,8 @@ import os
 
 import torch
 
-from ...scheduling.fusion import Kernel
 from .. import Rendered, Scheduled
-from ..loop_wrapper import Launch, emit_loop_wrapper
+from ..loop_wrapper import Launch, render_loops
 from .kernels import emit_source, grid
 
 LAUNCH = Launch(
@@ -40,20 +39,7 @@ class TritonRenderer:
         return interpreted() or torch.cuda.is_available()
 
     def render(self, scheduled: Scheduled) -> Rendered:
-        lowered = scheduled.lowered
-        kernels = [s for s in scheduled.schedule.steps if isinstance(s, Kernel)]
-        strides = {name: spec.strides for name, spec in lowered.specs.items()}
-        source = emit_source(kernels, strides, scheduled.title) if kernels else ""
-        wrapper, infos = emit_loop_wrapper(
-            lowered,
-            scheduled.schedule,
-            scheduled.plan,
-            scheduled.title,
-            LAUNCH,
-            scheduled.check_inputs,
-            scheduled.device,
-        )
-        return Rendered(wrapper, source, infos)
+        return render_loops(scheduled, emit_source, LAUNCH)
 
 
 RENDERER = TritonRenderer()
