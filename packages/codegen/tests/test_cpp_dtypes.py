@@ -174,6 +174,20 @@ def test_half_reductions_accumulate_in_float32(cpp, dtype):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_half_reduction_read_in_its_kernel_is_rounded_first(cpp, dtype):
+    """eager rounds x.sum(1) to the 16-bit dtype before the subtraction reads
+    it; so does the kernel that computes both."""
+
+    def fn(x):
+        return (aten.sub.Tensor(x, aten.sum.dim_IntList(x, [1], True)),)
+
+    x = (torch.randn(8, 300) * 4).to(dtype)
+    compiled = cpp(fn, x)
+    assert len(compiled.loops()) == 1
+    check(compiled, fn, x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_half_layer_norm(cpp, dtype):
     def fn(x, w, b):
         out = aten.native_layer_norm.default(x, [40], w, b, 1e-5)

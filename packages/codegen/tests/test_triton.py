@@ -99,6 +99,32 @@ CASES = {
             _randn(8, 16, dtype=torch.bfloat16),
         ),
     ),
+    "bfloat16 reductions, and their result used again": (
+        lambda x: (
+            aten.sum.dim_IntList(x, [1]),
+            aten.amax.default(x, [1]),
+            aten.sub.Tensor(x, aten.sum.dim_IntList(x, [1], True)),
+            aten.mul.Tensor(
+                aten._to_copy.default(aten.add.Tensor(x, x), dtype=torch.float32), 3
+            ),
+        ),
+        lambda: (_randn(6, 40, dtype=torch.bfloat16),),
+    ),
+    "int64 index values past int32": (
+        lambda x: (
+            aten.add.Tensor(
+                aten.mul.Scalar(
+                    aten.arange.default(10, dtype=torch.int64, device=DEVICE), 10**9
+                ),
+                x,
+            ),
+        ),
+        lambda: (torch.zeros(10, dtype=torch.int64, device=DEVICE),),
+    ),
+    "buffers named like the kernel's own names": (
+        lambda mask, tl, pid: (aten.add.Tensor(aten.mul.Tensor(mask, tl), pid),),
+        lambda: (_randn(5, 6), _randn(5, 6), _randn(6)),
+    ),
     "matmul epilogue": (
         lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
         lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),
@@ -157,7 +183,7 @@ def test_a_kernel_names_its_aten_ops_and_buffers(tmp_path):
     compiled = _compile(fn, (x, b), tmp_path)
     (kernel,) = compiled.loops()
     text = compiled.kernel_source(kernel.name)
-    assert f"def {kernel.name}(x, b, " in text
+    assert f"def {kernel.name}(p_x, p_b, " in text
     assert "# aten.add.Tensor, aten.relu.default, aten.sum.dim_IntList" in text
     assert f"{kernel.name}[(4,)](x, b, " in compiled.wrapper_source
     check(compiled, fn, x, b)

@@ -261,7 +261,8 @@ class Interpreter:
             # (its wrapper switches the frame hook off and on): torch's own
             # functions are interpreted as they are; a user's function that
             # someone kept out of torch.compile runs as Python.
-            if not getattr(kept_out, "__module__", "").startswith("torch"):
+            module = getattr(kept_out, "__module__", None) or ""
+            if module != "torch" and not module.startswith("torch."):
                 raise self.unsupported(
                     f"calling {getattr(kept_out, '__qualname__', kept_out)}, "
                     "which is marked torch.compiler.disable",

@@ -1,14 +1,13 @@
 """The public entry: compile one aten graph for a target.
 
-A loop target ("cpp") runs lower_graph -> schedule -> plan_memory, then its
-renderer (render/); "torch" writes a wrapper calling each aten op through
-torch, which every graph also keeps as its fallback.
+A loop target ("cpp", "triton") runs lower_graph -> schedule -> plan_memory,
+then its renderer (render/); "torch" writes a wrapper calling each aten op
+through torch, which every graph also keeps as its fallback.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,20 +16,22 @@ import torch
 import torch.fx
 
 from .compiled import CompiledGraph
+from .errors import CodegenError
 from .locations import graph_locations
 from .lowering.core import c_name
 from .lowering.rules import lower_graph
 from .render import LOOP_TARGETS, Scheduled, Unsupported, renderer
 from .render.cpp.build import Signer
 from .render.torch import emit_wrapper
+from .render.triton.renderer import interpreted
 from .scheduling.fusion import Kernel, schedule
 from .scheduling.memory import plan_memory, write_in_place
 from .specialize import PerSizeGraph, has_symbolic_sizes
 
 log = logging.getLogger("ember.codegen")
 
-# target -> what it generates. "auto" picks the first loop target this machine
-# can run ("cpp" when a C++ compiler runs), else "torch".
+# target -> what it generates. "auto" picks by the inputs' device
+# (``_auto_target``).
 TARGETS = {
     **{name: renderer(name).description for name in LOOP_TARGETS},
     "torch": "a Python wrapper calling each aten op through torch (always correct)",
@@ -49,14 +50,15 @@ def compile_graph(
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
 
     ``target`` is "auto" or one of TARGETS. The result is callable with inputs like
-    ``example_inputs`` and exposes its source and the ops left to torch. The "cpp"
-    target specializes on the inputs' sizes, strides and dtypes; other inputs run
-    through torch. ``cache_dir`` holds compiled kernels, which are loaded only
-    if their tag verifies with ``signer`` (see ``load_library``; the defaults
-    keep them for this process only). Raises CodegenError for a graph that is
-    not an aten graph or C++ that does not compile.
+    ``example_inputs`` and exposes its source and the ops left to torch. A loop
+    target ("cpp", "triton") specializes on the inputs' sizes, strides and
+    dtypes; other inputs run through torch. ``cache_dir`` holds compiled C++
+    kernels, which are loaded only if their tag verifies with ``signer`` (see
+    ``load_library``; the defaults keep them for this process only). Raises
+    CodegenError for a graph that is not an aten graph, C++ that does not
+    compile, or a loop target this machine cannot run.
 
-    ``check_inputs=False`` drops the "cpp" wrapper's per-call check of each
+    ``check_inputs=False`` drops a loop target's per-call check of each
     input's dtype, shape, strides and device. Pass it only when the caller
     guarantees every call's inputs match ``example_inputs`` in all four (its own
     guards check them); an input that differs then gives wrong results or a crash.
@@ -70,6 +72,10 @@ def compile_graph(
     if target not in TARGETS:
         raise ValueError(
             f"unknown codegen target {target!r}; available: auto, {', '.join(TARGETS)}"
+        )
+    if target in LOOP_TARGETS and not renderer(target).available():
+        raise CodegenError(
+            f"the {target!r} target cannot run here: {renderer(target).needs}"
         )
     if has_symbolic_sizes(gm):
         # Kernels take sizes as constants: one compile per set of sizes.
@@ -118,10 +124,14 @@ def compile_graph(
 
 
 def _device(example_inputs: Sequence[object]) -> str:
-    """The device type of the graph's tensor inputs ("cpu" when it has none)."""
+    """The device of the graph's tensor inputs, with its index ("cuda:0";
+    "cpu" when it has none)."""
     for value in example_inputs:
         if isinstance(value, torch.Tensor):
-            return value.device.type
+            device = value.device
+            if device.type == "cuda" and device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+            return str(device)
     return "cpu"
 
 
@@ -216,7 +226,7 @@ def _not_for_loops(
     """Why the whole graph must run through torch, or None."""
     # C++ kernels run on CPU tensors; Triton's on the GPU, or on CPU tensors
     # under its interpreter.
-    device = "cpu" if target == "cpp" or _interpreted() else "cuda"
+    device = "cpu" if target == "cpp" or interpreted() else "cuda"
     for value in example_inputs:
         if not isinstance(value, torch.Tensor):
             return f"an input is a {type(value).__name__}, not a tensor"
@@ -225,12 +235,12 @@ def _not_for_loops(
     for node in gm.graph.nodes:
         if node.op == "get_attr" and not _plain_name(node.target):
             return f"constant {node.target!r} is not a plain name"
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if isinstance(value, torch.Tensor) and value.device.type != device:
+                return f"constant {node.target!r} is on {value.device}"
         op = node.target
         if isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable:
             # Lowered views would not see the mutation; the torch wrapper does.
             return f"{op} mutates its input"
     return None
-
-
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"

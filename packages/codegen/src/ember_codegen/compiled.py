@@ -111,7 +111,8 @@ class CompiledGraph:
 
     @property
     def source(self) -> str:
-        """The wrapper, followed by the C++ translation unit when there is one."""
+        """The wrapper, followed by the kernels' source (a C++ translation unit,
+        or a Triton module) when there is one."""
         if not self.cpp_source:
             return self.wrapper_source
         return f"{self.wrapper_source}\n{self.cpp_source}"

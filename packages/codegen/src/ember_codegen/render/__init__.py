@@ -68,6 +68,7 @@ class Renderer(Protocol):
     """A loop target."""
 
     description: str
+    needs: str  # what ``available`` wants and the machine lacks, said to a user
 
     def available(self) -> bool:
         """Whether this machine can build and run what it renders."""

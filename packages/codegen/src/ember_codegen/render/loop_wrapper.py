@@ -73,7 +73,7 @@ def fix_layout(t: torch.Tensor, sizes, strides) -> torch.Tensor:
     """``t`` with exactly the strides the kernels were compiled for."""
     if t.stride() == tuple(strides):
         return t
-    return torch.empty_strided(sizes, strides, dtype=t.dtype).copy_(t)
+    return torch.empty_strided(sizes, strides, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def own_storage(t: torch.Tensor, sizes, strides) -> torch.Tensor:
@@ -82,7 +82,7 @@ def own_storage(t: torch.Tensor, sizes, strides) -> torch.Tensor:
     ``as_strided`` reads (``t`` may be a strided view of other memory)."""
     if t.stride() == tuple(strides) and t.storage_offset() == 0:
         return t
-    return torch.empty_strided(sizes, strides, dtype=t.dtype).copy_(t)
+    return torch.empty_strided(sizes, strides, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _layout(spec: TensorSpec) -> str:
@@ -108,7 +108,9 @@ def emit_loop_wrapper(
     "torch" wrapper."""
     specs = lowered.specs
     params = list(lowered.inputs)
-    on_device = "is_cpu" if device == "cpu" else f"device.type == {device!r}"
+    # the device itself (cuda:1 is not cuda:0), where kernels launch and
+    # buffers are made
+    on_device = "is_cpu" if device == "cpu" else f"device == torch.device({device!r})"
     guard = " and ".join(
         f"{n}.dtype is {specs[n].dtype} and {n}.shape == {tuple(specs[n].sizes)} "
         f"and {n}.stride() == {tuple(specs[n].strides)} and {n}.{on_device}"

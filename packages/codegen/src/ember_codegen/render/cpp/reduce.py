@@ -87,7 +87,11 @@ def reductions(
         local, t = f"{red.name}_val", value_type(red.dtype)
         # argmax and argmin return the position, not the value.
         result = _slot(red, f"{red.name}_acc", "0")[1 if red.kind in ARG_KINDS else 0]
-        lines.append(f"{indent}const {t} {local} = static_cast<{t}>({result});")
+        value = f"static_cast<{t}>({result})"
+        if red.dtype in HALF_TYPES:
+            # eager rounds a 16-bit reduction's result; a later stage reads that
+            value = f"ember_round_{HALF_TYPES[red.dtype]}({value})"
+        lines.append(f"{indent}const {t} {local} = {value};")
         scope.locals_[red.name] = local
         if red.name in kernel.stored:
             idx = tuple(ivar(d) for d in range(len(red.sizes)))

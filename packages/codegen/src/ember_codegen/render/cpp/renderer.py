@@ -25,6 +25,8 @@ class CppRenderer:
         "fused C++ loop kernels (OpenMP + SIMD), library calls for matmul/conv"
     )
 
+    needs = "a C++ compiler (g++ or clang++ on PATH, or CXX); target 'torch' needs none"
+
     def available(self) -> bool:
         return find_compiler() is not None
 

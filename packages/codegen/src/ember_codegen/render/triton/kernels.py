@@ -118,8 +118,6 @@ SCALAR_OPS: dict[str, str] = {
     "int_fmod": "({0} % {1})",
     # Python's modulo from C's: move the remainder by one divisor when signs differ.
     "int_remainder": "((({0} % {1}) + {1}) % {1})",
-    "index_clamp": "tl.minimum(tl.maximum(tl.where({0} < 0, {0} + {1}, {0}), 0), "
-    "{1} - 1)",
 }
 
 _IDENTITY = {
@@ -165,7 +163,7 @@ class _Body:
         if isinstance(e, Const):
             return _literal(e)
         if isinstance(e, IndexValue):
-            return f"({self.index(e.index, mask)})"
+            return f"({self.index(e.index, mask)}).to(tl.int64)"
         if isinstance(e, Load):
             if e.name in self.scope.locals_:
                 return self.scope.locals_[e.name]
@@ -173,7 +171,7 @@ class _Body:
             if not any(self._varies(i) for i in e.index):
                 # the same element in every lane: a block of its address
                 offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
-            code = f"tl.load({e.name} + {_group(offset)}, mask={mask}, other=0)"
+            code = f"tl.load(p_{e.name} + {_group(offset)}, mask={mask}, other=0)"
             return f"{code}.to(tl.float32)" if e.dtype in HALF_TYPES else code
         if e.op == "select":
             cond = self.value(e.args[0], mask)
@@ -183,11 +181,16 @@ class _Body:
             return f"tl.where({cond} != 0, {a}, {b})"
         template = SCALAR_OPS.get(e.op)
         if template is None:
-            raise Unsupported(f"the scalar op {e.op!r} has no Triton form yet")
+            raise Unsupported(f"the scalar op {e.op.value!r} has no Triton form yet")
         args = [self.value(a, mask) for a in e.args]
-        if e.op == "cast" and e.dtype in HALF_TYPES:
-            # rounded to the 16-bit type, computed on in float32 (as loaded)
-            return f"{_narrow(args[0], e.dtype)}.to(tl.float32)"
+        if e.op == "cast":
+            (source,) = e.args
+            if source.dtype in HALF_TYPES and not isinstance(source, Load):
+                # an arithmetic result of a 16-bit type is rounded to it first
+                args = [f"{_narrow(args[0], source.dtype)}.to(tl.float32)"]
+            if e.dtype in HALF_TYPES:
+                # rounded to the 16-bit type, computed on in float32 (as loaded)
+                return f"{_narrow(args[0], e.dtype)}.to(tl.float32)"
         return template.format(*args, T=TL_TYPES[e.dtype])
 
     def _mask(self, code: str) -> str:
@@ -265,13 +268,16 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     stage or op this renderer does not handle."""
     outer = kernel.outer
     scope = _Scope(dict(strides))
-    params = [n for n in kernel.reads if n not in kernel.stored]
-    params += [s.name for s in kernel.stages if s.name in kernel.stored]
+    # A pointer parameter is its buffer's name behind a prefix, so that no
+    # buffer name (an input called "mask", "tl", ...) meets a name of the body.
+    params = [f"p_{n}" for n in kernel.reads if n not in kernel.stored]
+    params += [f"p_{s.name}" for s in kernel.stages if s.name in kernel.stored]
     lines = [
         "@triton.jit",
         f"def {kernel.name}({', '.join(params)}):",
         f"    # {describe_origin(kernel.origin)}",
-        "    pid = tl.program_id(0)",
+        # int64 index math: offsets of large buffers overflow int32
+        "    pid = tl.program_id(0).to(tl.int64)",
     ]
     lines += ["    " + s for s in _split("i", 0, outer, "pid")]
     written: set[str] = set()
@@ -301,7 +307,7 @@ def _pointwise(stage: Pointwise, kernel: Kernel, scope: _Scope) -> list[str]:
     lanes = frozenset(f"i{d}" for d in range(first, len(stage.sizes)))
     body = _Body(scope, "        ", block, lanes)
     body.lines += [
-        f"        flat = start + tl.arange(0, {block})",
+        f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
         f"        mask = flat < {n}",
     ]
     body.lines += ["        " + s for s in _split("i", first, inner, "flat")]
@@ -311,14 +317,24 @@ def _pointwise(stage: Pointwise, kernel: Kernel, scope: _Scope) -> list[str]:
     if not inner:  # one element per program: a block of one address
         offset = f"{offset} + tl.zeros([1], tl.int32)"
     body.lines.append(
-        f"        tl.store({stage.name} + {_group(offset)}, "
+        f"        tl.store(p_{stage.name} + {_group(offset)}, "
         f"{_narrow(value, stage.dtype)}, mask=mask)"
     )
-    return [
-        f"    # {stage.name} = {describe_origin(stage.origin)}",
-        f"    for start in range(0, {n}, {block}):",
-        *body.lines,
-    ]
+    head = f"    # {stage.name} = {describe_origin(stage.origin)}"
+    if _spread(kernel):
+        # one block per program (see ``grid``)
+        return [head, f"    start = pid * {block}", *(ln[4:] for ln in body.lines)]
+    return [head, f"    for start in range(0, {n}, {block}):", *body.lines]
+
+
+def _spread(kernel: Kernel) -> bool:
+    """Whether the kernel is one pointwise stage with no outer loops, whose
+    blocks then go one to a program instead of all to one program."""
+    return (
+        not kernel.outer
+        and len(kernel.stages) == 1
+        and (isinstance(kernel.stages[0], Pointwise))
+    )
 
 
 def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
@@ -329,12 +345,15 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     n = math.prod(stage.reduce_sizes)
     block = min(BLOCK, _pow2(n))
     acc = f"{stage.name}_acc"
-    acc_type = TL_TYPES[stage.acc_dtype]
+    # 16-bit floats accumulate in float32, as the C++ target computes them
+    acc_type = (
+        "tl.float32" if stage.acc_dtype in HALF_TYPES else TL_TYPES[stage.acc_dtype]
+    )
     identity = _IDENTITY[stage.kind]
     lanes = frozenset(f"r{d}" for d in range(len(stage.reduce_sizes)))
     body = _Body(scope, "        ", block, lanes)
     body.lines += [
-        f"        flat = start + tl.arange(0, {block})",
+        f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
         f"        mask = flat < {n}",
     ]
     body.lines += ["        " + s for s in _split("r", 0, stage.reduce_sizes, "flat")]
@@ -365,13 +384,16 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
             f"    {result} = tl.where(tl.sum(({acc} != {acc}).to(tl.int32), 0) > 0, "
             f'float("nan"), {result})',
         ]
+    if stage.dtype in HALF_TYPES:
+        # eager rounds a 16-bit reduction's result; a later stage reads that
+        lines.append(f"    {result} = {_narrow(result, stage.dtype)}.to(tl.float32)")
     scope.locals_[stage.name] = result
     if stage.name in kernel.stored:
         out = _Body(scope, "    ", 1, frozenset())
         offset = out.offset(stage.name, _vars(stage.sizes, "i"), "True")
         lines += out.lines
         lines.append(
-            f"    tl.store({stage.name} + {_group(offset)}, "
+            f"    tl.store(p_{stage.name} + {_group(offset)}, "
             f"{_narrow(result, stage.dtype)})"
         )
     return lines
@@ -386,7 +408,12 @@ def _pow2(n: int) -> int:
 
 
 def grid(kernel: Kernel) -> int:
-    """Programs to launch: one per element of the outer loops."""
+    """Programs to launch: one per element of the outer loops, or one per
+    block of a lone pointwise stage without them."""
+    if _spread(kernel):
+        n = math.prod(kernel.stages[0].sizes)
+        block = min(BLOCK, _pow2(n))
+        return -(-n // block)
     return math.prod(kernel.outer)
 
 

@@ -33,6 +33,11 @@ class TritonRenderer:
         "library calls for matmul/conv"
     )
 
+    needs = (
+        "Triton (pip install 'ember-codegen[triton]') and a CUDA device, or "
+        "TRITON_INTERPRET=1 to run its kernels on CPU tensors"
+    )
+
     def available(self) -> bool:
         if importlib.util.find_spec("triton") is None:
             return False
