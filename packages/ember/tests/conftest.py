@@ -57,3 +57,29 @@ def run_mlp(cache_dir, umask: int = 0o022, key: str | None = None) -> dict:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["diff"] < 1e-5
     return result
+
+
+def train_block_like_eager(compile_model, steps: int = 3):
+    """SGD steps of the demo's Block compiled by ``compile_model`` beside an
+    eager copy: after each, every gradient and weight equal eager's. Returns
+    the compiled module."""
+    import torch
+
+    from ember.demo import Block
+
+    torch.manual_seed(0)
+    block, reference = Block(), Block()
+    reference.load_state_dict(block.state_dict())
+    compiled = compile_model(block)
+    opt = torch.optim.SGD(block.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(steps):
+        x = torch.randn(2, 8, 64)
+        for model, optimizer in ((compiled, opt), (reference, opt_ref)):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+        for p, q in zip(block.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad)
+            torch.testing.assert_close(p, q)
+    return compiled

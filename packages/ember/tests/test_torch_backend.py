@@ -7,6 +7,7 @@ import importlib.metadata
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import train_block_like_eager
 
 from ember import torch_backend
 from ember.demo import Block
@@ -46,22 +47,7 @@ def test_demo_block_matches_eager_and_runs_ember_kernels():
 
 
 def test_training_step_gradients_match_eager():
-    torch.manual_seed(0)
-    block = Block()
-    reference = Block()
-    reference.load_state_dict(block.state_dict())
-    compiled = torch.compile(block, backend="ember")
-    opt = torch.optim.SGD(block.parameters(), lr=0.1)
-    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
-    for _ in range(3):
-        x = torch.randn(2, 8, 64)
-        for model, optimizer in ((compiled, opt), (reference, opt_ref)):
-            optimizer.zero_grad()
-            model(x).square().mean().backward()
-            optimizer.step()
-        for p, q in zip(block.parameters(), reference.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad)
-            torch.testing.assert_close(p, q)
+    train_block_like_eager(lambda block: torch.compile(block, backend="ember"))
 
 
 def test_symbolic_sizes_from_torch_compile_serve_every_size():

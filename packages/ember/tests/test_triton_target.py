@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from conftest import train_block_like_eager
 
 import ember
 from ember.demo import Block
@@ -34,19 +35,8 @@ def test_demo_block_runs_triton_kernels_and_matches_eager():
 
 
 def test_training_step_gradients_match_eager():
-    torch.manual_seed(0)
-    block, reference = Block(), Block()
-    reference.load_state_dict(block.state_dict())
-    compiled = ember.compile(block, options=OPTIONS)
-    opt = torch.optim.SGD(block.parameters(), lr=0.1)
-    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
-    for _ in range(2):
-        x = torch.randn(2, 8, 64)
-        for model, optimizer in ((compiled, opt), (reference, opt_ref)):
-            optimizer.zero_grad()
-            model(x).square().mean().backward()
-            optimizer.step()
-        for p, q in zip(block.parameters(), reference.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad)
+    compiled = train_block_like_eager(
+        lambda block: ember.compile(block, options=OPTIONS), steps=2
+    )
     log = compiled._compiled_forward.log
     assert sum("target 'triton'" in code for code in log.generated_code) >= 2
