@@ -157,6 +157,10 @@ def test_autocast_inside_the_function_in_one_graph(fn, dtype, tmp_path):
 def test_autocast_inside_the_function_backward(fn, dtype, tmp_path):
     compiled = compile_fn(fn, tmp_path)
     args = mm_inputs(requires_grad=True)
+    # Fresh data, but no pre-activation at relu's kink: a 16-bit rounding
+    # difference there flips its gradient (both sides are right).
+    while (F.linear(args[0], args[1].t(), args[2]).abs() < 0.05).any():
+        args = mm_inputs(requires_grad=True)
     results = []
     for f in (fn, compiled):
         outs = f(*args)
