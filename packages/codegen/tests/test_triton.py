@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from conftest import aten_graph, check
+from conftest import aten_graph, check, raises_like_torch
 from test_cpp_pipeline import chain10
 
 from ember_codegen import compile_graph
@@ -125,6 +125,19 @@ CASES = {
         lambda mask, tl, pid: (aten.add.Tensor(aten.mul.Tensor(mask, tl), pid),),
         lambda: (_randn(5, 6), _randn(5, 6), _randn(6)),
     ),
+    "index_select, embedding and gather (index checks)": (
+        lambda x, i, e, g: (
+            aten.index_select.default(x, 0, i),
+            aten.embedding.default(e, i),
+            aten.gather.default(x, 1, g),
+        ),
+        lambda: (
+            _randn(5, 4),
+            torch.tensor([4, 0, 2, 4], device=DEVICE),
+            _randn(6, 3),
+            torch.randint(0, 4, (5, 2), device=DEVICE),
+        ),
+    ),
     "matmul epilogue": (
         lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
         lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),
@@ -133,10 +146,6 @@ CASES = {
 
 # Not rendered yet: the graph runs through torch, and still matches eager.
 THROUGH_TORCH = {
-    "index_select (an index check)": (
-        lambda x, i: (aten.index_select.default(x, 0, i),),
-        lambda: (_randn(5, 4), torch.tensor([4, 0, 2], device=DEVICE)),
-    ),
     "cumsum (a scan)": (
         lambda x: (aten.cumsum.default(x, 1),),
         lambda: (_randn(3, 8),),
@@ -173,6 +182,18 @@ def test_what_is_not_rendered_yet_runs_through_torch(name, tmp_path):
     compiled = _compile(fn, inputs, tmp_path)
     assert compiled.target == "torch"
     check(compiled, fn, *inputs)
+
+
+def test_an_index_out_of_range_raises_torchs_error(tmp_path):
+    def fn(x, i):
+        return (aten.mul.Tensor(aten.index_select.default(x, 0, i), 2),)
+
+    x = _randn(5, 4)
+    compiled = _compile(fn, (x, torch.tensor([4, 0, 1], device=DEVICE)), tmp_path)
+    assert compiled.target == "triton"
+    assert "launch_checked(" in compiled.wrapper_source
+    raises_like_torch(compiled, fn, x, torch.tensor([4, 9, 1], device=DEVICE))
+    raises_like_torch(compiled, fn, x, torch.tensor([4, -1, 1], device=DEVICE))
 
 
 def test_a_kernel_names_its_aten_ops_and_buffers(tmp_path):

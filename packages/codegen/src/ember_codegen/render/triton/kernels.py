@@ -23,6 +23,7 @@ import torch
 from ...ir.indexing import Div, Index, Indirect, Mod, Var, render, var
 from ...ir.nodes import (
     HALF_TYPES,
+    Call,
     Const,
     Expr,
     IndexValue,
@@ -33,6 +34,7 @@ from ...ir.nodes import (
     describe_origin,
     exprs,
     loads,
+    walk,
 )
 from ...scheduling.fusion import Kernel
 from .. import KERNEL_BREAKS, Unsupported
@@ -118,6 +120,11 @@ SCALAR_OPS: dict[str, str] = {
     "int_fmod": "({0} % {1})",
     # Python's modulo from C's: move the remainder by one divisor when signs differ.
     "int_remainder": "((({0} % {1}) + {1}) % {1})",
+    # A position from an index tensor: negative counts from the end, then
+    # clamped in range, so no value reads outside the tensor ("index_check"
+    # reports the ones torch would refuse).
+    "index_clamp": "tl.minimum(tl.maximum(tl.where({0} < 0, {0} + {1}, {0}), 0), "
+    "{1} - 1)",
 }
 
 _IDENTITY = {
@@ -173,6 +180,8 @@ class _Body:
                 offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
             code = f"tl.load(p_{e.name} + {_group(offset)}, mask={mask}, other=0)"
             return f"{code}.to(tl.float32)" if e.dtype in HALF_TYPES else code
+        if e.op == "index_check":
+            return self._check(e, mask)
         if e.op == "select":
             cond = self.value(e.args[0], mask)
             taken = self._mask(f"{mask} & ({cond} != 0)")
@@ -192,6 +201,19 @@ class _Body:
                 # rounded to the 16-bit type, computed on in float32 (as loaded)
                 return f"{_narrow(args[0], e.dtype)}.to(tl.float32)"
         return template.format(*args, T=TL_TYPES[e.dtype])
+
+    def _check(self, e: Call, mask: str) -> str:
+        """``index_check(value, v, low, size)``: ``value``, and a 1 stored in the
+        kernel's out-of-range flag when a lane's ``v`` is outside [low, size)."""
+        value, v, low, size = (self.value(a, mask) for a in e.args)
+        bad = self._mask(
+            f"(({v} < {low}) | ({v} >= {size})) & {mask} "
+            f"& (tl.zeros([{self.lanes}], tl.int1) == 0)"
+        )
+        self.lines.append(
+            f"{self.indent}tl.store(p_oob, 1, mask=tl.sum({bad}.to(tl.int32), 0) > 0)"
+        )
+        return value
 
     def _mask(self, code: str) -> str:
         name = f"m{self.masks}"
@@ -272,6 +294,8 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     # buffer name (an input called "mask", "tl", ...) meets a name of the body.
     params = [f"p_{n}" for n in kernel.reads if n not in kernel.stored]
     params += [f"p_{s.name}" for s in kernel.stages if s.name in kernel.stored]
+    if checks_indices(kernel):
+        params.append("p_oob")  # set to 1 when an index is out of range
     lines = [
         "@triton.jit",
         f"def {kernel.name}({', '.join(params)}):",
@@ -397,6 +421,17 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
             f"{_narrow(result, stage.dtype)})"
         )
     return lines
+
+
+def checks_indices(kernel: Kernel) -> bool:
+    """Whether the kernel reads through index tensors, so it takes a flag that
+    it sets when an index is out of range."""
+    return any(
+        isinstance(x, Call) and x.op == "index_check"
+        for stage in kernel.stages
+        for e in exprs(stage)
+        for x in walk(e)
+    )
 
 
 def _vars(sizes: tuple[int, ...], prefix: str) -> tuple[Index, ...]:

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 if TYPE_CHECKING:
     from ...compiled import CompiledGraph
 
@@ -23,4 +25,14 @@ def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | N
     namespace: dict = {}
     exec(compile(source, filename, "exec"), namespace)
     names = [info.name for info in compiled.kernels if info.kind == "loop"]
-    return {name: namespace[name] for name in names}, None
+    kernels = {name: namespace[name] for name in names}
+    return {**kernels, "launch_checked": launch_checked}, None
+
+
+def launch_checked(launch: Callable, *args: torch.Tensor) -> bool:
+    """Runs a kernel that reads through index tensors with a flag of its own;
+    True when an index was out of range (the wrapper then runs the graph
+    through torch, which raises torch's error)."""
+    oob = torch.zeros(1, dtype=torch.int32, device=args[0].device)
+    launch(*args, oob)
+    return bool(oob.item())

@@ -9,16 +9,26 @@ import os
 
 import torch
 
+from ...scheduling.fusion import Kernel
 from .. import Rendered, Scheduled
 from ..loop_wrapper import Launch, render_loops
-from .kernels import emit_source, grid
+from .kernels import checks_indices, emit_source, grid
+
+
+def _call(kernel: Kernel, args: list[str]) -> str:
+    launch = f"{kernel.name}[({grid(kernel)},)]"
+    if checks_indices(kernel):
+        # launched with an out-of-range flag, which the call returns
+        return f"launch_checked({launch}, {', '.join(args)})"
+    return f"{launch}({', '.join(args)})"
+
 
 LAUNCH = Launch(
     "triton",
     "Triton",
-    lambda kernel, args: f"{kernel.name}[({grid(kernel)},)]({', '.join(args)})",
+    _call,
     pointers=False,
-    checks_indices=lambda kernel: False,  # such kernels are not rendered yet
+    checks_indices=checks_indices,
 )
 
 
