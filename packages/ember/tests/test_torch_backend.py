@@ -110,3 +110,20 @@ def test_a_relation_between_sizes_returned_is_this_calls_answer():
         values, bigger = compiled(x)
         torch.testing.assert_close(values, x.sin())
         assert bigger is (rows > 4)
+
+
+def test_a_float_function_of_a_size_fixes_the_sizes_and_says_why():
+    """``x / math.sqrt(x.shape[0])``: torch.compile's graph calls sqrt on the
+    symbolic size; ember fixes the sizes (one compile per size), the reason
+    names the function, and every size matches eager."""
+    import math
+
+    def fn(x):
+        return x / math.sqrt(x.shape[0])
+
+    compiled = torch.compile(fn, backend="ember")
+    for rows in (3, 5, 7, 5):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x), fn(x))
+    reasons = torch_backend.LOG.dynamic_reasons
+    assert any("math.sqrt of a symbolic size" in r for r in reasons), reasons

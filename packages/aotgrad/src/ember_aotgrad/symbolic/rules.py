@@ -17,7 +17,7 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
-from .sym import ShapeEnv, expr_of
+from .sym import NoShapeRule, ShapeEnv, expr_of
 
 aten = torch.ops.aten
 Shape = tuple[sympy.Expr, ...]
@@ -30,10 +30,6 @@ class Layout:
 
     sizes: Shape
     strides: Shape | None = None
-
-
-class NoShapeRule(Exception):
-    """The op's output sizes cannot be written symbolically (yet)."""
 
 
 Rule = Callable[..., "Layout | Sequence[Layout]"]

@@ -18,6 +18,10 @@ import sympy
 import torch
 
 
+class NoShapeRule(Exception):
+    """The op's output sizes cannot be written symbolically (yet)."""
+
+
 class ShapeEnv:
     """The symbols of one trace, their hints, and the relations it assumed.
 
@@ -397,6 +401,35 @@ for _name, _on_hint, _on_expr, _result in (
     ("floor", math.floor, sympy.floor, int),
 ):
     _unary(_name, _on_hint, _on_expr, _result)
+
+
+def _no_form(name: str) -> None:
+    def method(self: SymNode) -> SymNode:
+        raise NoShapeRule(
+            f"math.{name} of a symbolic size ({self.expr}) has no exact graph form"
+        )
+
+    method.__name__ = f"sym_{name}"
+    setattr(SymNode, method.__name__, method)
+
+
+# math.sqrt, math.sin, ... of a size (torch calls these on a SymFloat's node):
+# computed in the graph, the float need not round as eager's math does, so the
+# sizes stay fixed, and the reason says so (instead of an AttributeError).
+for _name in (
+    "sqrt",
+    "cos",
+    "cosh",
+    "sin",
+    "sinh",
+    "tan",
+    "tanh",
+    "asin",
+    "acos",
+    "atan",
+    "log2",
+):
+    _no_form(_name)
 
 
 def expr_of(value: object) -> sympy.Basic:
