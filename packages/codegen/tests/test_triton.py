@@ -210,6 +210,19 @@ def test_a_kernel_names_its_aten_ops_and_buffers(tmp_path):
     check(compiled, fn, x, b)
 
 
+def test_a_profile_counts_triton_kernels_as_kernels(tmp_path):
+    from ember_codegen import profiling
+
+    fn, make = CASES["index_select, embedding and gather (index checks)"]
+    inputs = make()
+    compiled = _compile(fn, inputs, tmp_path)
+    with profiling() as report:
+        compiled(*inputs)
+    (profile,) = report.graphs
+    timed = {row.name for row in profile.rows if row.kind == "loop" and row.seconds > 0}
+    assert timed == {k.name for k in compiled.loops()}
+
+
 def test_stored_and_loaded_again_without_lowering(tmp_path):
     from ember_codegen import CompiledGraph
 
@@ -219,3 +232,23 @@ def test_stored_and_loaded_again_without_lowering(tmp_path):
     loaded = CompiledGraph.from_bytes(blob, cache_dir=tmp_path)
     assert loaded.target == "triton"
     check(loaded, fn, *inputs, rtol=1e-4, atol=1e-5)
+
+
+def test_the_wrapper_for_a_gpu_checks_and_allocates_on_its_device():
+    """What a graph of tensors on cuda:0 gets (written here without a GPU):
+    inputs checked against that device, made once, and buffers made on it."""
+    from ember_codegen import lower_graph, plan_memory, schedule
+    from ember_codegen.render import Scheduled, renderer
+
+    def fn(x, b):
+        return (aten.relu.default(aten.add.Tensor(x, b)),)
+
+    lowered = lower_graph(aten_graph(fn), [torch.randn(4, 8), torch.randn(8)])
+    steps = schedule(lowered)
+    plan = plan_memory(steps, lowered.specs, {n for n in lowered.outputs if n})
+    scheduled = Scheduled("fn", lowered, steps, plan, True, "cuda:0")
+    source = renderer("triton").render(scheduled).wrapper_source
+    compile(source, "wrapper", "exec")
+    assert "DEVICE = torch.device('cuda:0')" in source
+    assert "x.device == DEVICE" in source and "is_cpu" not in source
+    assert "device='cuda:0')" in source

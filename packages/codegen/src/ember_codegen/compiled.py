@@ -10,9 +10,7 @@ name the current program's lines.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
-import linecache
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -27,6 +25,7 @@ from .render import KERNEL_BREAKS, KernelInfo, load_kernels
 from .render.cpp.build import KERNEL_BREAK, Signer
 from .render.loop_wrapper import WRAPPER_HELPERS
 from .render.torch import WRAPPER_GLOBALS
+from .source import run_source
 
 log = logging.getLogger("ember.output_code")
 
@@ -55,12 +54,7 @@ def _without_repeated_preamble(source: str) -> str:
 
 
 def _exec(source: str, namespace: dict, kind: str) -> Callable:
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    filename = f"<ember generated {kind} {digest}>"
-    lines = source.splitlines(True)
-    linecache.cache[filename] = (len(source), None, lines, filename)
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace["call"]
+    return run_source(source, namespace, kind)["call"]
 
 
 @dataclass(frozen=True, eq=False)

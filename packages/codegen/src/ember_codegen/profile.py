@@ -152,7 +152,7 @@ def instrument(wrapper_source: str, kernels: tuple[KernelInfo, ...]) -> Instrume
     for statement in call.body:
         row = None  # the wrapper's
         calls = [n for n in ast.walk(statement) if isinstance(n, ast.Call)]
-        loop = [loops[c.func.id] for c in calls if _name(c.func) in loops]
+        loop = [loops[name] for name in _launched(statement) if name in loops]
         op = [c.func for c in calls if _root_name(c.func) in ("aten", "torch")]
         if loop:
             row = loop[0]
@@ -182,6 +182,19 @@ def instrument(wrapper_source: str, kernels: tuple[KernelInfo, ...]) -> Instrume
     call.body = body
     call.args.args[:0] = [ast.arg("___clock"), ast.arg("___add")]
     return Instrumented(ast.unparse(ast.fix_missing_locations(tree)), tuple(rows))
+
+
+def _launched(statement: ast.stmt) -> list[str]:
+    """The names a statement may launch as kernels: called ones (C++:
+    ``kernel0(...)``) and subscripted ones (Triton: ``kernel0[grid](...)``, also
+    handed to ``launch_checked``)."""
+    names = []
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Call):
+            names.append(_name(node.func))
+        elif isinstance(node, ast.Subscript):
+            names.append(_name(node.value))
+    return [name for name in names if name is not None]
 
 
 def _name(expr: ast.expr) -> str | None:

@@ -1,8 +1,8 @@
-"""ember's aotgrad and codegen behind torch.compile: ``torch.compile(model,
-backend="ember")`` runs torch's own capture and hands each graph it captured to
-``torch_compile_backend``. Installing the ember package registers the name under
-torch's ``torch_dynamo_backends`` entry point (package metadata): nothing here
-imports torch's compiler stack, the graph arrives as an ordinary fx graph.
+"""ember's aotgrad and codegen as a backend of torch's own compiler: a user who
+picks the backend named "ember" there keeps torch's capture, which hands each
+graph it made to ``torch_compile_backend``. The name is registered by the
+package's metadata (an entry point, docs/configuration.md): nothing here
+imports torch's compiler, and each graph arrives as an ordinary fx graph.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from .backends import BACKENDS, CompileLog
 from .config import Config
 from .logs import warn_user
 
-# What the graphs compiled through torch.compile did (graphs, fallback ops,
+# What the graphs compiled for torch's compiler did (graphs, fallback ops,
 # generated code, cache results, why sizes stayed fixed), for a caller that
-# wants to look: one log for the process, as torch.compile has no per-function
+# wants to look: one log for the process, as torch's compiler has no per-function
 # object to hang it on. Each list keeps its last LOG_ENTRIES items, so a
 # long-running process does not grow it without end.
 LOG = CompileLog()
@@ -37,13 +37,13 @@ def torch_compile_backend(
     mode: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Callable:
-    """Compiles one graph torch.compile captured, as the "ember" backend does for
+    """Compiles one graph torch's compiler captured, as the "ember" backend does for
     ember.compile: aotgrad (forward and backward), codegen, the disk cache.
 
     ``options`` are ember's (``Config`` fields, as in ``ember.compile``;
     ``recompile_limit`` also bounds the per-size compiles below); ``mode`` is
     accepted and, as in ember.compile, changes nothing yet. A graph with
-    symbolic sizes (torch.compile's dynamic shapes: SymInt inputs, tensors whose
+    symbolic sizes (torch's dynamic shapes: SymInt inputs, tensors whose
     example sizes are SymInts) keeps them symbolic through aotgrad, and the
     compiled code checks its inputs against what it assumed, since torch's
     guards do not know ember's relations. When aotgrad has to fix the sizes (an
@@ -56,7 +56,7 @@ def torch_compile_backend(
     try:
         inputs, dynamic_dims = _real_inputs(gm, example_inputs)
     except _NoExample as e:
-        warn_user(f"ember: a graph torch.compile captured runs with torch: {e}")
+        warn_user(f"ember: a graph torch's compiler captured runs with torch: {e}")
         return gm
     backend = BACKENDS["ember"](config, LOG, Counters())
     if not dynamic_dims:
@@ -80,7 +80,7 @@ def torch_compile_backend(
 
 class _PerSize:
     """``gm`` compiled for each set of input sizes it is called with (at most
-    ``limit``; later sizes run it with torch), for a graph torch.compile made
+    ``limit``; later sizes run it with torch), for a graph torch's compiler made
     symbolic but whose trace had to fix its sizes."""
 
     def __init__(self, gm: torch.fx.GraphModule, backend: Callable, limit: int):

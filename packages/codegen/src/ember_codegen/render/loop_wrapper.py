@@ -110,7 +110,7 @@ def emit_loop_wrapper(
     params = list(lowered.inputs)
     # the device itself (cuda:1 is not cuda:0), where kernels launch and
     # buffers are made
-    on_device = "is_cpu" if device == "cpu" else f"device == torch.device({device!r})"
+    on_device = "is_cpu" if device == "cpu" else "device == DEVICE"
     guard = " and ".join(
         f"{n}.dtype is {specs[n].dtype} and {n}.shape == {tuple(specs[n].sizes)} "
         f"and {n}.stride() == {tuple(specs[n].strides)} and {n}.{on_device}"
@@ -202,6 +202,8 @@ def emit_loop_wrapper(
         f"# target {launch.target!r}: {loops} generated loop kernels "
         f"({launch.language} source below), "
         f"{externs} library calls, {len(lowered.fallback_ops)} ops through torch",
+        # made once, not at each call's input check
+        *([] if device == "cpu" else [f"DEVICE = torch.device({device!r})"]),
         f"def call({', '.join(params)}):",
     ]
     source = "\n".join(header + ["    " + line for line in body]) + "\n"

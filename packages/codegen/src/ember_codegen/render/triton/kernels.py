@@ -115,7 +115,7 @@ SCALAR_OPS: dict[str, str] = {
     "bitwise_and": "({0} & {1})",
     "bitwise_or": "({0} | {1})",
     "bitwise_xor": "({0} ^ {1})",
-    "where": "tl.where({0}, {1}, {2})",
+    "where": "tl.where(({0}) != 0, {1}, {2})",
     "cast": "({0}).to({T})",
     "int_fmod": "({0} % {1})",
     # Python's modulo from C's: move the remainder by one divisor when signs differ.

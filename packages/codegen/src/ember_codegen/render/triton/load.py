@@ -1,16 +1,16 @@
-"""Loading a Triton graph's kernels: its module source executed once, under a
-file name of its own in ``linecache`` (``triton.jit`` reads a kernel's source
-from there, and tracebacks show it); Triton caches their compiled forms."""
+"""Loading a Triton graph's kernels: its module source executed once
+(``source.run_source``: ``triton.jit`` reads a kernel's source from its
+``linecache`` entry); Triton caches their compiled forms."""
 
 from __future__ import annotations
 
-import hashlib
-import linecache
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+
+from ...source import run_source
 
 if TYPE_CHECKING:
     from ...compiled import CompiledGraph
@@ -18,12 +18,7 @@ if TYPE_CHECKING:
 
 def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | None]:
     """The loop kernels of ``compiled`` by name (no file: the module is text)."""
-    source = compiled.cpp_source
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    filename = f"<ember generated triton {digest}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict = {}
-    exec(compile(source, filename, "exec"), namespace)
+    namespace = run_source(compiled.cpp_source, {}, "triton")
     names = [info.name for info in compiled.kernels if info.kind == "loop"]
     kernels = {name: namespace[name] for name in names}
     return {**kernels, "launch_checked": launch_checked}, None
