@@ -1,6 +1,9 @@
 """The decomposition table: each listed op's forward and gradient match eager, and
 a decomposed graph holds core ops only."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,12 +12,13 @@ from aot_helpers import check_against_eager, graph_of
 from ember_aotgrad import (
     CORE_OPS,
     aot_compile,
+    decomposition_changes,
     default_decompositions,
     is_core,
     min_cut_partition,
     register_decomposition,
 )
-from ember_aotgrad.decompositions import DECOMPOSITIONS
+from ember_aotgrad.decompositions import BUILTIN_RULES, DECOMPOSITIONS
 
 aten = torch.ops.aten
 
@@ -221,3 +225,37 @@ def test_without_decompositions_ops_stay_whole_and_still_match():
     compiled = check_against_eager(fn, make(), decompositions={})
     targets = {n.target for n in compiled.forward.graph.nodes}
     assert aten.native_layer_norm.default in targets
+
+
+def test_table_changes_name_added_replaced_and_removed_rules():
+    assert decomposition_changes() == ()  # the shipped table
+    gelu_rule = DECOMPOSITIONS[aten.gelu.default]
+
+    def my_hardshrink(x, lambd=0.5):
+        return aten.where.self(aten.abs.default(x) > lambd, x, 0.0)
+
+    try:
+        register_decomposition(aten.hardshrink.default)(my_hardshrink)
+        DECOMPOSITIONS[aten.gelu.default] = my_hardshrink
+        del DECOMPOSITIONS[aten.silu.default]
+        changes = decomposition_changes()
+    finally:
+        DECOMPOSITIONS.pop(aten.hardshrink.default, None)
+        DECOMPOSITIONS[aten.gelu.default] = gelu_rule
+        DECOMPOSITIONS[aten.silu.default] = BUILTIN_RULES[aten.silu.default]
+    here = f"{__name__}.test_table_changes_name_added_replaced_and_removed_rules"
+    assert changes == (
+        f"aten.gelu.default={here}.<locals>.my_hardshrink",
+        f"aten.hardshrink.default={here}.<locals>.my_hardshrink",
+        "aten.silu.default=removed",
+    )
+    assert decomposition_changes() == ()
+
+
+def test_table_changes_do_not_import_the_rules():
+    code = (
+        "import sys, ember_aotgrad\n"
+        "assert ember_aotgrad.decomposition_changes() == ()\n"
+        "assert 'ember_aotgrad.decompositions' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

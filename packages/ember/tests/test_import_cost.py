@@ -51,3 +51,28 @@ def test_public_names_resolve_lazily() -> None:
             assert getattr(package, name) is not None
             assert name in dir(package)
     assert callable(ember_capture.capture)  # the function, not entry.py
+
+
+def test_a_warm_start_loads_without_the_compiler_stages(tmp_path) -> None:
+    # The second process finds the graph on disk: it captures again, but
+    # imports neither aotgrad's tracer and rules nor codegen's lowering and
+    # renderers (a stored graph runs with wrapper_globals).
+    code = f"""
+import torch, ember
+options = {{"cache_dir": {str(tmp_path)!r}}}
+f = ember.compile(lambda x: torch.relu(x) * 2, options=options)
+assert torch.equal(f(torch.ones(3)), torch.full((3,), 2.0))
+"""
+    cold = _modules_after(code)
+    warm = _modules_after(code)
+    assert "ember_codegen.lowering.rules" in cold
+    assert "ember_codegen.compiled" in warm
+    for module in (
+        "ember_aotgrad.trace",
+        "ember_aotgrad.decompositions",
+        "ember_codegen.lowering.rules",
+        "ember_codegen.render.loop_wrapper",
+        "ember_codegen.ir.nodes",
+        "sympy",
+    ):
+        assert module not in warm, module

@@ -19,6 +19,7 @@ _EXPORTS = {
     "is_core": "core",
     "default_decompositions": "decompositions",
     "register_decomposition": "decompositions",
+    "decomposition_changes": "table_changes",
     "AotGradError": "errors",
     "Partition": "partition",
     "default_partition": "partition",

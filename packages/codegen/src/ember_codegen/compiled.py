@@ -23,9 +23,8 @@ from .locations import replace_locations
 from .profile import ACTIVE, GraphProfile, instrument
 from .render import KERNEL_BREAKS, KernelInfo, load_kernels
 from .render.cpp.build import KERNEL_BREAK, Signer
-from .render.loop_wrapper import WRAPPER_HELPERS
-from .render.torch import WRAPPER_GLOBALS
 from .source import run_source
+from .wrapper_globals import WRAPPER_GLOBALS, WRAPPER_HELPERS
 
 log = logging.getLogger("ember.output_code")
 

@@ -215,15 +215,12 @@ class _CachedAotBackend:
         return compiled
 
     def _options(self) -> dict[str, str]:
-        table = ember_aotgrad.default_decompositions()
-        rules = sorted(
-            f"{op}={rule.__module__}.{rule.__qualname__}" for op, rule in table.items()
-        )
+        # aotgrad's own rules are in the source hash; what a user changed is here
         return {
             "backend": self.name,
             "codegen_target": self.config.codegen_target,
             "guarded": str(self.guarded),
-            "decompositions": ",".join(rules),
+            "decompositions": ",".join(ember_aotgrad.decomposition_changes()),
         }
 
     def _compile(

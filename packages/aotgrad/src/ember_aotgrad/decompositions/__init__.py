@@ -14,10 +14,19 @@ import torch
 from . import backward, foreach, forward  # noqa: F401  (modules register rules)
 from .registry import DECOMPOSITIONS, register_decomposition
 
+# The table as aotgrad ships it, before anyone registers or removes a rule
+# (``table_changes`` names the difference for cache keys).
+BUILTIN_RULES = dict(DECOMPOSITIONS)
+
 
 def default_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
     """A copy of the built-in table, safe to extend or trim."""
     return dict(DECOMPOSITIONS)
 
 
-__all__ = ["DECOMPOSITIONS", "default_decompositions", "register_decomposition"]
+__all__ = [
+    "BUILTIN_RULES",
+    "DECOMPOSITIONS",
+    "default_decompositions",
+    "register_decomposition",
+]

@@ -58,33 +58,6 @@ def render_loops(
     return Rendered(wrapper, source, infos)
 
 
-def reinterpret(t: torch.Tensor, dtype: torch.dtype, sizes, strides) -> torch.Tensor:
-    """A tensor of another dtype and layout over ``t``'s memory (a reused buffer)."""
-    out = torch.empty(0, dtype=dtype, device=t.device)
-    return out.set_(
-        t.untyped_storage(),
-        t.storage_offset() * t.element_size() // out.element_size(),
-        sizes,
-        strides,
-    )
-
-
-def fix_layout(t: torch.Tensor, sizes, strides) -> torch.Tensor:
-    """``t`` with exactly the strides the kernels were compiled for."""
-    if t.stride() == tuple(strides):
-        return t
-    return torch.empty_strided(sizes, strides, dtype=t.dtype, device=t.device).copy_(t)
-
-
-def own_storage(t: torch.Tensor, sizes, strides) -> torch.Tensor:
-    """``t``, or a copy of it, whose storage holds its elements laid out as
-    ``strides`` from offset 0, as the fresh tensor the graph traced: what
-    ``as_strided`` reads (``t`` may be a strided view of other memory)."""
-    if t.stride() == tuple(strides) and t.storage_offset() == 0:
-        return t
-    return torch.empty_strided(sizes, strides, dtype=t.dtype, device=t.device).copy_(t)
-
-
 def _layout(spec: TensorSpec) -> str:
     return f"{tuple(spec.sizes)}, {tuple(spec.strides)}"
 
@@ -295,11 +268,3 @@ def _returns_sequence(step: Extern) -> bool:
     return len(step.op._schema.returns) != 1 or str(
         step.op._schema.returns[0].type
     ).endswith("[]")
-
-
-WRAPPER_HELPERS = {
-    "empty_strided": torch.empty_strided,
-    "reinterpret": reinterpret,
-    "fix_layout": fix_layout,
-    "own_storage": own_storage,
-}

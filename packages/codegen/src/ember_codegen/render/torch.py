@@ -18,9 +18,6 @@ import torch.fx
 from ..errors import CodegenError
 from ..ir.nodes import Ref
 
-# Objects the generated source may name, bound in its globals.
-WRAPPER_GLOBALS: dict[str, object] = {"torch": torch, "aten": torch.ops.aten}
-
 
 @dataclass(frozen=True)
 class WrapperSource:
