@@ -110,3 +110,113 @@ def test_a_loaded_graph_with_a_constant_compiles_new_sizes(tmp_path):
     x = torch.randn(7)
     torch.testing.assert_close(loaded(x), (x * 2,))
     assert list(loaded.compiled) == [(4,), (7,)]
+
+
+def _softmax_mean_graph():
+    """``softmax(x, -1) * x.mean(-1, keepdim=True)`` over rows of any length,
+    in aten ops (the mean's divisor and the loops' bounds change with it); the
+    graph reads the length as aotgrad's graphs do (a view to its own shape)."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    n = g.call_function(aten.sym_size.int, (x, 1))
+    x = g.call_function(aten.view.default, (x, [8, n]))
+    top = g.call_function(aten.amax.default, (x, [1], True))
+    e = g.call_function(aten.exp.default, (g.call_function(aten.sub.Tensor, (x, top)),))
+    total = g.call_function(aten.sum.dim_IntList, (e, [1], True))
+    mean = g.call_function(aten.mean.dim, (x, [1], True))
+    soft = g.call_function(aten.div.Tensor, (e, total))
+    g.output((g.call_function(aten.mul.Tensor, (soft, mean)),))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def _per_size(tmp_path, gm, x):
+    from ember_codegen.compile import per_size_compiler
+    from ember_codegen.render.cpp.literals import Templates
+
+    settings = {"target": "cpp", "check_inputs": True}
+    compile_one = per_size_compiler(settings, tmp_path, None, Templates())
+    return PerSizeGraph(gm, [x], compile_one, settings)
+
+
+def test_sizes_whose_kernels_differ_in_literals_share_one_library(tmp_path):
+    compiled = _per_size(tmp_path, _softmax_mean_graph(), torch.randn(8, 20))
+    lengths = (24, 28, 36, 44, 52, 60, 21, 23, 30, 33, 47, 61)
+    for length in lengths:
+        x = torch.randn(8, length)
+        got = compiled(x)
+        want = torch.softmax(x, -1) * x.mean(-1, keepdim=True)
+        torch.testing.assert_close(got[0], want)
+        if length in (28, 61):  # to the bit what this length's own source gives
+            alone = _per_size(tmp_path, _softmax_mean_graph(), x)
+            assert not alone.compiled[(length,)].lifted
+            assert torch.equal(got[0], alone(x)[0])
+    graphs = [compiled.compiled[(n,)] for n in (20, *lengths)]
+    assert not graphs[0].lifted  # the first length is built as it is
+    # each later length reads its bounds and the mean's divisor at run time,
+    # all from one library
+    libraries = [g.library_path for g in graphs]
+    assert len(set(libraries)) == 2
+    assert len(set(libraries[1:])) == 1
+    assert all(g.lifted == graphs[1].lifted for g in graphs[2:])
+    assert "/ 36.0f" in graphs[3].cpp_source  # each keeps its own source
+
+
+def test_a_loaded_per_size_graph_reuses_the_shared_library(tmp_path):
+    first = _per_size(tmp_path, _softmax_mean_graph(), torch.randn(8, 20))
+    first(torch.randn(8, 36))
+    loaded = load_per_size_graph(first.to_bytes(), cache_dir=tmp_path)
+    for length in (52, 61):
+        x = torch.randn(8, length)
+        torch.testing.assert_close(
+            loaded(x)[0], torch.softmax(x, -1) * x.mean(-1, keepdim=True)
+        )
+    shared = first.compiled[(36,)].library_path
+    assert first.compiled[(36,)].lifted
+    assert loaded.compiled[(36,)].library_path == shared
+    assert loaded.compiled[(52,)].library_path == shared
+    assert loaded.compiled[(61,)].library_path == shared
+
+
+def test_literals_the_compiler_needs_stay_fixed():
+    from ember_codegen.render.cpp.literals import find_literals, template
+
+    source = (
+        'extern "C" void kernel0(float* __restrict__ out) {\n'
+        "  #pragma omp parallel for collapse(2)\n"
+        "  float acc[16];  // 16 lanes\n"
+        "  for (int64_t i0 = 0; i0 < 37; ++i0) {\n"
+        "    out[37*i0] = x[i0] / 37.0f + int64_t(5LL);  // row of 37\n"
+        "  }\n"
+        "  if (2960 >= 32768) {\n"
+        "    #pragma omp parallel for if(2960 >= 32768)\n"
+        "  }\n"
+        "}\n"
+    )
+    literals = find_literals(source)
+    texts = [literals.text(i) for i in range(len(literals.spans))]
+    assert texts == [
+        "2",
+        "16",
+        "0",
+        "37",
+        "37",
+        "37.0f",
+        "5LL",
+        "2960",
+        "32768",
+        "2960",
+        "32768",
+    ]  # fmt: skip (no comment's numbers)
+    # a pragma's numbers (but its if clause's), an array's length
+    assert literals.fixed == {0, 1}
+    lifted = template(literals, [3, 4, 5, 7])
+    assert lifted.startswith(
+        'extern "C" void kernel0(const int64_t* __restrict__ ember_k, '
+        "const double* __restrict__ ember_f, float* __restrict__ out) {\n"
+        "  const double ember_f0 = ember_f[0];\n"
+        "  const int64_t ember_k0 = ember_k[0];\n"
+        "  const int64_t ember_k1 = ember_k[1];\n"
+        "  const int64_t ember_k2 = ember_k[2];\n"
+    )
+    assert "i0 < ember_k0;" in lifted and "out[ember_k1*i0]" in lifted
+    assert "x[i0] / float(ember_f0)" in lifted and "if (ember_k2 >= 32768)" in lifted

@@ -22,6 +22,7 @@ from .lowering.core import c_name
 from .lowering.rules import lower_graph
 from .render import LOOP_TARGETS, Scheduled, Unsupported, renderer
 from .render.cpp.build import Signer
+from .render.cpp.literals import Templates
 from .render.torch import emit_wrapper
 from .render.triton.renderer import interpreted
 from .scheduling.fusion import Kernel, schedule
@@ -46,6 +47,7 @@ def compile_graph(
     cache_dir: Path | None = None,
     signer: Signer | None = None,
     check_inputs: bool = True,
+    templates: Templates | None = None,
 ) -> CompiledGraph:
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
 
@@ -66,6 +68,8 @@ def compile_graph(
     A graph that reads sizes from its inputs (``aten.sym_size.int``; aotgrad's
     graphs with symbolic sizes) gives a callable that compiles the graph again
     for each new set of sizes it is called with (``specialize.PerSizeGraph``).
+    ``templates`` (what that gives the compile of each size) lets sizes whose
+    C++ differs only in literals share one library (render/cpp/literals.py).
     """
     if target == "auto":
         target = _auto_target(example_inputs)
@@ -80,7 +84,7 @@ def compile_graph(
     if has_symbolic_sizes(gm):
         # Kernels take sizes as constants: one compile per set of sizes.
         settings = {"target": target, "check_inputs": check_inputs}
-        compile_one = per_size_compiler(settings, cache_dir, signer)
+        compile_one = per_size_compiler(settings, cache_dir, signer, Templates())
         return PerSizeGraph(gm, example_inputs, compile_one, settings)
     title = f"{type(gm).__name__}, {sum(1 for _ in gm.graph.nodes)} nodes"
     wrapper = emit_wrapper(gm, title)
@@ -103,12 +107,21 @@ def compile_graph(
     try:
         rendered = renderer(target).render(
             Scheduled(
-                title, lowered, steps, plan, check_inputs, _device(example_inputs)
+                title,
+                lowered,
+                steps,
+                plan,
+                check_inputs,
+                _device(example_inputs),
+                sizes_vary=templates is not None,
             )
         )
     except Unsupported as e:
         log.info("graph %s runs through torch: %s", title, e)
         return _through_torch(wrapper, constants, locations)
+    lifted = ()
+    if templates is not None and target == "cpp":
+        lifted = templates.choose(rendered.kernel_source)
     return CompiledGraph(
         rendered.wrapper_source,
         target,
@@ -120,6 +133,7 @@ def compile_graph(
         cache_dir,
         locations,
         signer,
+        lifted,
     )
 
 
@@ -164,10 +178,14 @@ _warned_no_triton: list[bool] = []
 
 
 def per_size_compiler(
-    settings: dict, cache_dir: Path | None, signer: Signer | None
+    settings: dict,
+    cache_dir: Path | None,
+    signer: Signer | None,
+    templates: Templates,
 ) -> Callable[[torch.fx.GraphModule, list], CompiledGraph]:
     """How a PerSizeGraph compiles a new set of sizes (``settings``: target and
-    check_inputs, as ``compile_graph`` was given them)."""
+    check_inputs, as ``compile_graph`` was given them; ``templates``: the
+    graph's, one for all its sizes)."""
 
     def compile_one(specialized: torch.fx.GraphModule, inputs: list) -> CompiledGraph:
         return compile_graph(
@@ -177,6 +195,7 @@ def per_size_compiler(
             cache_dir=cache_dir,
             signer=signer,
             check_inputs=settings["check_inputs"],
+            templates=templates,
         )
 
     return compile_one
@@ -189,11 +208,20 @@ def load_per_size_graph(
     locations: Mapping[str, str] | None = None,
 ) -> PerSizeGraph:
     """A PerSizeGraph from ``to_bytes()``: its stored compiles load as
-    ``CompiledGraph.from_bytes`` does, and new sizes compile as it did."""
+    ``CompiledGraph.from_bytes`` does, and new sizes compile as it did (sharing
+    the libraries of the stored ones where their C++ allows)."""
+    templates = Templates()
+
+    def load_one(blob: bytes) -> CompiledGraph:
+        compiled = CompiledGraph.from_bytes(blob, cache_dir, locations, signer)
+        if compiled.target == "cpp" and compiled.cpp_source:
+            templates.remember(compiled.cpp_source, compiled.lifted)
+        return compiled
+
     return PerSizeGraph.from_bytes(
         data,
-        lambda settings: per_size_compiler(settings, cache_dir, signer),
-        lambda blob: CompiledGraph.from_bytes(blob, cache_dir, locations, signer),
+        lambda settings: per_size_compiler(settings, cache_dir, signer, templates),
+        load_one,
     )
 
 

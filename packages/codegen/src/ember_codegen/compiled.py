@@ -28,7 +28,7 @@ from .wrapper_globals import WRAPPER_GLOBALS, WRAPPER_HELPERS
 
 log = logging.getLogger("ember.output_code")
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
@@ -78,6 +78,9 @@ class CompiledGraph:
     cache_dir: Path | None = None
     locations: tuple[str, ...] = ()
     signer: Signer | None = field(default=None, repr=False)
+    # Token indices of the C++ literals this size reads at run time from a
+    # library other sizes share (render/cpp/literals.py); none: built as is.
+    lifted: tuple[int, ...] = ()
     library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)
     _namespace: dict = field(init=False, repr=False)  # what the wrapper names
@@ -175,6 +178,7 @@ class CompiledGraph:
                 "kernels": [asdict(k) for k in self.kernels],
                 "torch_source": self.torch_source,
                 "locations": list(self.locations),
+                "lifted": list(self.lifted),
             },
             buffer,
         )
@@ -223,4 +227,5 @@ class CompiledGraph:
             cache_dir,
             tuple(dict.fromkeys(new.get(loc, loc) for loc in state["locations"])),
             signer,
+            tuple(state["lifted"]),
         )

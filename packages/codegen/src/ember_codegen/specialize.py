@@ -8,11 +8,13 @@ values of its symbolic sizes it is called with.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import logging
 import operator
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -209,18 +211,37 @@ class PerSizeGraph:
         return tuple(key)
 
     def _compile(self, inputs: list) -> Callable:
-        specialized = specialize(self.gm, inputs)
-        try:
-            compiled = self.compile_one(specialized, tensor_inputs(inputs))
-        except CodegenError as e:  # after the first size: torch runs this one
-            log.warning("a graph runs through torch at these sizes: %s", e)
-            compiled = specialized
+        with collector_paused():
+            specialized = specialize(self.gm, inputs)
+            try:
+                compiled = self.compile_one(specialized, tensor_inputs(inputs))
+            except CodegenError as e:  # after the first size: torch runs this one
+                log.warning("a graph runs through torch at these sizes: %s", e)
+                compiled = specialized
         self.compiled[self._key(inputs)] = self.latest = compiled
         return compiled
 
     def __getattr__(self, name: str) -> object:
         # source, target, fallback_ops, kernels ...: those of the latest compile
         return getattr(self.__dict__["latest"], name)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one compile made at call time
+    (a new set of sizes), then one young-generation collection: a full
+    collection meanwhile would walk every object alive (torch's, the model's),
+    0.1-0.2 s each with transformers loaded, more than the compile itself. A
+    compile inside another (the caller's, paused) leaves it to the outer one."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect(1)
+        gc.enable()
 
 
 def _symbolic_reads(

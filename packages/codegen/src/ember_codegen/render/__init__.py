@@ -52,6 +52,9 @@ class Scheduled:
     plan: MemoryPlan
     check_inputs: bool  # whether the wrapper checks each call's inputs
     device: str = "cpu"  # where the inputs are, and the buffers are made
+    # compiled once per set of sizes (specialize.PerSizeGraph): a renderer
+    # may shape its loops alike for all sizes
+    sizes_vary: bool = False
 
 
 @dataclass(frozen=True, slots=True)

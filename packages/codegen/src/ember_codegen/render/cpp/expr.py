@@ -199,6 +199,8 @@ class Scope:
     strides: dict[str, tuple[int, ...]]
     # reduction name -> (value in its body, "buffer[offset]" to store it at)
     spills: dict[str, list[tuple[Expr, str]]] = field(default_factory=dict)
+    # The graph is compiled for many sizes: loops are shaped alike for all.
+    varying: bool = False
 
 
 class Body:

@@ -6,6 +6,7 @@ Expressions are written by ``expr.py``, reduction loops by ``reduce.py``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -88,9 +89,12 @@ def checks_indices(kernel: Kernel) -> bool:
 
 
 def emit_kernel(
-    kernel: Kernel, strides: dict[str, tuple[int, ...]], comment: str
+    kernel: Kernel,
+    strides: dict[str, tuple[int, ...]],
+    comment: str,
+    varying: bool = False,
 ) -> str:
-    """The C++ function for one kernel."""
+    """The C++ function for one kernel (``varying``: see ``emit_source``)."""
     params = [
         f"const {C_TYPES[_dtype_of(kernel, name)]}* __restrict__ {name}"
         for name in kernel.reads
@@ -110,19 +114,21 @@ def emit_kernel(
     if checked:
         lines.append("  int ember_oob = 0;")
     outer = kernel.outer
-    parallel = sum(_work(s) for s in kernel.stages) >= PARALLEL_MIN_WORK
-    scope = Scope({}, strides)
+    work = sum(_work(s) for s in kernel.stages)
+    parallel = work >= PARALLEL_MIN_WORK
+    scope = Scope({}, strides, varying=varying)
+    team = _team(scope, work)
     stages = _store_once(kernel, scope)
-    columns = None if checked else column_reductions(kernel, scope, "  ", parallel)
+    columns = None if checked else column_reductions(kernel, scope, "  ", team)
     if columns is not None:
         return "\n".join([*lines, *columns, "}"])
     indent = "  "
     inner = None if checked else _inner_dim(kernel, scope)
     if inner is not None:
-        return "\n".join([*lines, *_reordered(kernel, scope, inner, parallel), "}"])
-    if outer and parallel and numel(outer) > 1:
+        return "\n".join([*lines, *_reordered(kernel, scope, inner, team), "}"])
+    if outer and team is not None and numel(outer) > 1:
         collapse = f" collapse({len(outer)})" if len(outer) > 1 else ""
-        lines.append(f"{indent}#pragma omp parallel for{collapse}")
+        lines.append(f"{indent}#pragma omp parallel for{collapse}{team}")
     for d, size in enumerate(outer):
         lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {size}; ++i{d}) {{")
         indent += "  "
@@ -135,11 +141,11 @@ def emit_kernel(
             lines += _scatter(stage, scope, indent, parallel)
             continue
         if isinstance(stage, Scan):
-            lines += _scan(stage, scope, indent, parallel)
+            lines += _scan(stage, scope, indent, team)
             continue
         # Without outer loops each stage is its own loop: a small one (an
         # optimizer's update of one bias, beside bigger ones) runs on this thread.
-        own_team = parallel and not outer and _work(stage) >= PARALLEL_MIN_WORK
+        own_team = None if outer else _team(scope, _work(stage))
         if isinstance(stage, Pointwise):
             lines += _pointwise(stage, kernel, scope, indent, own_team)
             continue
@@ -216,22 +222,22 @@ def _inner_dim(kernel: Kernel, scope: Scope) -> int | None:
     return best
 
 
-def _reordered(kernel: Kernel, scope: Scope, inner: int, parallel: bool) -> list[str]:
+def _reordered(kernel: Kernel, scope: Scope, inner: int, team: str | None) -> list[str]:
     """The loops of ``_inner_dim``'s kernel with dim ``inner`` innermost: the
     other dims outside (on the OpenMP team), then each stage's loop."""
     sizes = kernel.stages[0].sizes
     others = [d for d in range(len(sizes)) if d != inner]
     indent, lines = "  ", []
-    if parallel and numel([sizes[d] for d in others]) > 1:
+    if team is not None and numel([sizes[d] for d in others]) > 1:
         collapse = f" collapse({len(others)})" if len(others) > 1 else ""
-        lines.append(f"{indent}#pragma omp parallel for{collapse}")
+        lines.append(f"{indent}#pragma omp parallel for{collapse}{team}")
     for d in others:
         lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")
         indent += "  "
     for stage in kernel.stages:
         lines.append(f"{indent}{{  // {stage.name} = {describe_origin(stage.origin)}")
         lines += _store_loop(
-            stage.name, sizes, len(sizes), stage.expr, scope, indent, False, (inner,)
+            stage.name, sizes, len(sizes), stage.expr, scope, indent, None, (inner,)
         )
         lines.append(f"{indent}}}")
     close_loops(len(others), indent, lines)
@@ -241,6 +247,41 @@ def _reordered(kernel: Kernel, scope: Scope, inner: int, parallel: bool) -> list
 def _work(stage) -> int:
     """Elements a stage visits: its outputs, times the reduced ones."""
     return numel(stage.sizes) * numel(getattr(stage, "reduce_sizes", ()))
+
+
+# A loop put on the team only when its work is large enough (``_team``).
+_TEAM_IF = re.compile(r"^( *)(#pragma omp parallel for.*) if\((\d+) >= (\d+)\)$")
+
+
+def _both_ways(kernel: str) -> str:
+    """``kernel`` with each loop whose pragma says ``if(work >= least)`` written
+    twice, on the team when the work is large enough and on this thread
+    otherwise: the clause alone still forms a team of one, about a microsecond
+    for each small loop. The work is a literal that literals.py lifts."""
+    lines, out, i = kernel.split("\n"), [], 0
+    while i < len(lines):
+        match = _TEAM_IF.match(lines[i])
+        if match is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, pragma, work, least = match.groups()
+        end = lines.index(indent + "}", i + 2)  # where the pragma's loop closes
+        loop = ["  " + line for line in lines[i + 1 : end + 1]]
+        out += [f"{indent}if ({work} >= {least}) {{", f"{indent}  {pragma}", *loop]
+        out += [f"{indent}}} else {{", *loop, f"{indent}}}"]
+        i = end + 1
+    return "\n".join(out)
+
+
+def _team(scope: Scope, work: int) -> str | None:
+    """How a loop over ``work`` elements runs: on the OpenMP team ("" to
+    append to its pragma) or on this thread (None). With varying sizes the
+    pragma is always written and its ``if`` decides at run time, so that every
+    size writes the same loops (literals.py lifts the work)."""
+    if scope.varying:
+        return f" if({work} >= {PARALLEL_MIN_WORK})"
+    return "" if work >= PARALLEL_MIN_WORK else None
 
 
 def _dtype_of(kernel: Kernel, name: str) -> torch.dtype:
@@ -311,11 +352,11 @@ def _replace_expr(e: Expr, old: Expr, new: Expr) -> Expr:
 
 
 def _pointwise(
-    stage: Pointwise, kernel: Kernel, scope: Scope, indent: str, parallel: bool
+    stage: Pointwise, kernel: Kernel, scope: Scope, indent: str, team: str | None
 ) -> list[str]:
     lines = [f"{indent}{{  // {stage.name} = {describe_origin(stage.origin)}"]
     lines += _store_loop(
-        stage.name, stage.sizes, len(kernel.outer), stage.expr, scope, indent, parallel
+        stage.name, stage.sizes, len(kernel.outer), stage.expr, scope, indent, team
     )
     lines.append(f"{indent}}}")
     return lines
@@ -328,17 +369,17 @@ def _store_loop(
     expr: Expr,
     scope: Scope,
     indent: str,
-    parallel: bool,
+    team: str | None,
     dims: tuple[int, ...] = (),
 ) -> list[str]:
     """Loops over ``sizes[first:]`` and then over ``dims`` (the other loops are
-    open) storing ``expr`` into ``name``; ``parallel`` puts the first loop on
-    the OpenMP team."""
+    open) storing ``expr`` into ``name``; ``team`` (see ``_team``) puts the
+    first loop on the OpenMP team."""
     indent += "  "
     lines = []
     inner = sizes[first:]
-    if parallel and (inner or dims):
-        lines.append(f"{indent}#pragma omp parallel for")
+    if team is not None and (inner or dims):
+        lines.append(f"{indent}#pragma omp parallel for{team}")
     body_indent = open_loops(inner, first, "i", indent, lines)
     for d in dims:
         v = f"i{d}"
@@ -356,7 +397,7 @@ def _store_loop(
     return lines
 
 
-def _scan(stage: Scan, scope: Scope, indent: str, parallel: bool) -> list[str]:
+def _scan(stage: Scan, scope: Scope, indent: str, team: str | None) -> list[str]:
     """Loops over every dim but the scanned one (in parallel), then along it in
     order, the running fold kept in ``acc_dtype`` and stored at each step."""
     sizes, dim = stage.sizes, stage.dim
@@ -365,8 +406,9 @@ def _scan(stage: Scan, scope: Scope, indent: str, parallel: bool) -> list[str]:
         f"{indent}// {stage.name} = cum{stage.kind.value} of "
         f"{describe_origin(stage.origin)}"
     ]
-    if parallel and numel([sizes[d] for d in others]) > 1:
-        lines.append(f"{indent}#pragma omp parallel for collapse({len(others)})")
+    if team is not None and numel([sizes[d] for d in others]) > 1:
+        collapse = f"collapse({len(others)})"
+        lines.append(f"{indent}#pragma omp parallel for {collapse}{team}")
     for d in others:
         lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")
         indent += "  "
@@ -401,7 +443,8 @@ def _scatter(stage: Scatter, scope: Scope, indent: str, parallel: bool) -> list[
     kind = f"scatter_{stage.kind.value}" if stage.kind else "scatter"
     lines = [f"{indent}{{  // {name} = {kind} of {describe_origin(stage.origin)}"]
     inner = indent + "  "
-    lines += _store_loop(name, stage.sizes, 0, stage.init, scope, indent, parallel)
+    init_team = "" if parallel else None
+    lines += _store_loop(name, stage.sizes, 0, stage.init, scope, indent, init_team)
     extent = (
         1 + sum((n - 1) * st for n, st in zip(stage.sizes, scope.strides[name]))
         if numel(stage.sizes)
@@ -499,11 +542,17 @@ def _source_loops(
 
 
 def emit_source(
-    kernels: list[Kernel], strides: dict[str, tuple[int, ...]], title: str
+    kernels: list[Kernel],
+    strides: dict[str, tuple[int, ...]],
+    title: str,
+    varying: bool = False,
 ) -> str:
-    """The translation unit for a graph's kernels."""
+    """The translation unit for a graph's kernels. With ``varying`` (a graph
+    compiled for many sizes) the loops' shape depends on the sizes as little
+    as it can, so that sizes share a library (literals.py)."""
     parts = [f"// {title}", PREAMBLE]
     for kernel in kernels:
         parts.append(KERNEL_BREAK)
-        parts.append(emit_kernel(kernel, strides, describe_origin(kernel.origin)))
+        text = emit_kernel(kernel, strides, describe_origin(kernel.origin), varying)
+        parts.append(_both_ways(text) if varying else text)
     return "\n".join(parts) + "\n"

@@ -52,9 +52,18 @@ from .expr import (
 LANES = 64
 
 
-def lanes_for(size: int) -> int:
+# With sizes that vary (a graph compiled per set of sizes), a dim shorter than
+# LANES takes this many lanes whatever its length, so that each length writes
+# the same loops and their sizes share one library (literals.py).
+VARYING_LANES = 16
+
+
+def lanes_for(size: int, varying: bool = False) -> int:
     """Partial accumulators for a reduction whose last dim has ``size`` elements:
-    ``LANES``, or the largest power of two not above a short dim."""
+    ``LANES``, or the largest power of two not above a short dim (with
+    ``varying`` sizes, ``VARYING_LANES`` for any short dim)."""
+    if varying and size < LANES:
+        return VARYING_LANES
     return min(LANES, 1 << (max(size, 1).bit_length() - 1))
 
 
@@ -76,7 +85,7 @@ def reductions(
     ]
     sizes = group[0].reduce_sizes
     last = sizes[-1] if sizes else 1
-    lanes = lanes_for(last)
+    lanes = lanes_for(last, scope.varying)
     if threads:
         lines += _split_reductions(group, scope, indent, lanes)
     else:
@@ -211,7 +220,14 @@ def _reduce_loops(
     loop_indent = open_loops(head, 0, "r", indent, lines)
     r = f"r{len(sizes) - 1}"
     simd = _simd(group)
-    lines.append(f"{loop_indent}for (int64_t rb = 0; rb < {chunked}; rb += {lanes}) {{")
+    # With varying sizes the blocks' end is written from the length (a number
+    # of whole blocks is equal for many lengths and would not be lifted).
+    whole, rest = (
+        (f"({last} - {last} % {lanes})", f"{last} % {lanes}")
+        if scope.varying
+        else (chunked, last - chunked)
+    )
+    lines.append(f"{loop_indent}for (int64_t rb = 0; rb < {whole}; rb += {lanes}) {{")
     lines += _prefetch_lines(prefetch, scope, r, lanes, loop_indent + "  ")
     if simd:
         lines.append(f"{loop_indent}  #pragma omp simd")
@@ -220,11 +236,13 @@ def _reduce_loops(
     lines += _accumulate(group, scope, loop_indent + "    ", "k")
     lines.append(f"{loop_indent}  }}")
     lines.append(f"{loop_indent}}}")
-    if tail and chunked < last:
+    # (with varying sizes the loop stays when it runs no times, as the loops
+    # of every size must look alike)
+    if tail and (chunked < last or scope.varying):
         if simd:
             lines.append(f"{loop_indent}#pragma omp simd")
-        lines.append(f"{loop_indent}for (int64_t k = 0; k < {last - chunked}; ++k) {{")
-        lines.append(f"{loop_indent}  const int64_t {r} = {chunked} + k;")
+        lines.append(f"{loop_indent}for (int64_t k = 0; k < {rest}; ++k) {{")
+        lines.append(f"{loop_indent}  const int64_t {r} = {whole} + k;")
         lines += _accumulate(group, scope, loop_indent + "  ", "k")
         lines.append(f"{loop_indent}}}")
     close_loops(len(head), loop_indent, lines)
@@ -375,7 +393,7 @@ class Columns:
 
 
 def column_reductions(
-    kernel: Kernel, scope: Scope, indent: str, parallel: bool
+    kernel: Kernel, scope: Scope, indent: str, team: str | None
 ) -> list[str] | None:
     """The loops of a kernel of reductions over dims outer in memory (a bias
     gradient: a sum over the rows of a row-major matrix), or None for any other
@@ -395,14 +413,14 @@ def column_reductions(
         return None
     first = next(s for s in group if isinstance(s, Reduction))
     sizes, size = first.sizes, first.sizes[dim]
-    cols = Columns(len(sizes), dim, lanes_for(size))
+    cols = Columns(len(sizes), dim, lanes_for(size, scope.varying))
     lines = [
         f"{indent}// {s.name} = {_what(s)} of {describe_origin(s.origin)}, by columns"
         for s in group
     ]
     blocks = -(-size // cols.lanes)
-    if parallel and blocks * numel(sizes) // size > 1:
-        lines.append(f"{indent}#pragma omp parallel for collapse({cols.rank})")
+    if team is not None and blocks * numel(sizes) // size > 1:
+        lines.append(f"{indent}#pragma omp parallel for collapse({cols.rank}){team}")
     inner = indent
     for d in (d for d in range(cols.rank) if d != dim):
         lines.append(f"{inner}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")

@@ -5,6 +5,8 @@ loads."""
 
 from __future__ import annotations
 
+import functools
+
 from .. import Rendered, Scheduled
 from ..loop_wrapper import Launch, render_loops
 from .build import find_compiler
@@ -31,7 +33,8 @@ class CppRenderer:
         return find_compiler() is not None
 
     def render(self, scheduled: Scheduled) -> Rendered:
-        return render_loops(scheduled, emit_source, LAUNCH)
+        emit = functools.partial(emit_source, varying=scheduled.sizes_vary)
+        return render_loops(scheduled, emit, LAUNCH)
 
 
 RENDERER = CppRenderer()
