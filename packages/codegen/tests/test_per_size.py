@@ -112,21 +112,21 @@ def test_a_loaded_graph_with_a_constant_compiles_new_sizes(tmp_path):
     assert list(loaded.compiled) == [(4,), (7,)]
 
 
-def _softmax_mean_graph():
+def _softmax_mean_body(g, xs, n):
     """``softmax(x, -1) * x.mean(-1, keepdim=True)`` over rows of any length,
     in aten ops (the mean's divisor and the loops' bounds change with it); the
     graph reads the length as aotgrad's graphs do (a view to its own shape)."""
-    g = torch.fx.Graph()
-    x = g.placeholder("x")
-    n = g.call_function(aten.sym_size.int, (x, 1))
-    x = g.call_function(aten.view.default, (x, [8, n]))
+    x = g.call_function(aten.view.default, (xs[0], [8, n]))
     top = g.call_function(aten.amax.default, (x, [1], True))
     e = g.call_function(aten.exp.default, (g.call_function(aten.sub.Tensor, (x, top)),))
     total = g.call_function(aten.sum.dim_IntList, (e, [1], True))
     mean = g.call_function(aten.mean.dim, (x, [1], True))
     soft = g.call_function(aten.div.Tensor, (e, total))
-    g.output((g.call_function(aten.mul.Tensor, (soft, mean)),))
-    return torch.fx.GraphModule(torch.nn.Module(), g)
+    return g.call_function(aten.mul.Tensor, (soft, mean))
+
+
+def _softmax_mean_graph():
+    return _graph_of(_softmax_mean_body)
 
 
 def _per_size(tmp_path, gm, x):
@@ -213,10 +213,69 @@ def test_literals_the_compiler_needs_stay_fixed():
     assert lifted.startswith(
         'extern "C" void kernel0(const int64_t* __restrict__ ember_k, '
         "const double* __restrict__ ember_f, float* __restrict__ out) {\n"
-        "  const double ember_f0 = ember_f[0];\n"
-        "  const int64_t ember_k0 = ember_k[0];\n"
-        "  const int64_t ember_k1 = ember_k[1];\n"
-        "  const int64_t ember_k2 = ember_k[2];\n"
+        "  const double ember_lf0 = ember_f[0];\n"
+        "  const int64_t ember_lk0 = ember_k[0];\n"
+        "  const int64_t ember_lk1 = ember_k[1];\n"
+        "  const int64_t ember_lk2 = ember_k[2];\n"
     )
-    assert "i0 < ember_k0;" in lifted and "out[ember_k1*i0]" in lifted
-    assert "x[i0] / float(ember_f0)" in lifted and "if (ember_k2 >= 32768)" in lifted
+    assert "i0 < ember_lk0;" in lifted and "out[ember_lk1*i0]" in lifted
+    assert "x[i0] / float(ember_lf0)" in lifted and "if (ember_lk2 >= 32768)" in lifted
+    assert "//" not in lifted  # every size of a skeleton writes the same text
+
+
+def _graph_of(fn, n_inputs: int = 1) -> torch.fx.GraphModule:
+    """``fn``'s aten graph, by hand: its first input's size 1 is read as
+    aotgrad's graphs read symbolic sizes, and each node names a user line."""
+    g = torch.fx.Graph()
+    xs = [g.placeholder(f"x{i}") for i in range(n_inputs)]
+    n = g.call_function(aten.sym_size.int, (xs[0], 1))
+    g.output((fn(g, xs, n),))
+    for node in g.nodes:
+        node.meta["user_loc"] = "/home/me/model.py:12"
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def _column_sums(g, xs, n):
+    return g.call_function(aten.sum.dim_IntList, (xs[0], [0]))
+
+
+def test_column_reductions_on_either_side_of_64_lanes_share_per_side(tmp_path):
+    # 16 lanes below 64 columns, 64 from there: two skeletons, a template each
+    compiled = _per_size(tmp_path, _graph_of(_column_sums), torch.randn(30, 20))
+    for n in (36, 44, 70, 80, 90):
+        x = torch.randn(30, n)
+        torch.testing.assert_close(compiled(x)[0], x.sum(0))
+    paths = {n: compiled.compiled[(n,)].library_path for n in (36, 44, 70, 80, 90)}
+    assert paths[36] == paths[44] and paths[80] == paths[90]
+    assert paths[44] != paths[80]
+
+
+def _scaled(g, xs, n):
+    # x * (1 / n): an exact float32 constant for n = 32, a rounded one else
+    recip = g.call_function(operator.pow, (n, -1))
+    return g.call_function(aten.mul.Tensor, (xs[0], recip))
+
+
+def test_exact_and_rounded_float_constants_share_a_template(tmp_path):
+    compiled = _per_size(tmp_path, _graph_of(_scaled), torch.randn(4, 20))
+    for n in (24, 40, 32, 48):
+        x = torch.randn(4, n)
+        torch.testing.assert_close(compiled(x)[0], x * (1 / n))
+    assert "0.03125f" in compiled.compiled[(32,)].cpp_source
+    paths = {compiled.compiled[(n,)].library_path for n in (24, 40, 32, 48)}
+    assert len(paths) == 1
+
+
+def test_a_loaded_graph_without_user_lines_shares_the_stored_library(tmp_path):
+    # pickling drops the nodes' user lines: the new size's comments differ
+    first = _per_size(tmp_path, _graph_of(_softmax_mean_body), torch.randn(8, 20))
+    first(torch.randn(8, 36))
+    assert "model.py:12" in first.compiled[(36,)].cpp_source
+    loaded = load_per_size_graph(first.to_bytes(), cache_dir=tmp_path)
+    x = torch.randn(8, 52)
+    torch.testing.assert_close(
+        loaded(x)[0], torch.softmax(x, -1) * x.mean(-1, keepdim=True)
+    )
+    assert "model.py:12" not in loaded.compiled[(52,)].cpp_source
+    shared = first.compiled[(36,)].library_path
+    assert loaded.compiled[(52,)].library_path == shared

@@ -122,19 +122,30 @@ def compile_graph(
     lifted = ()
     if templates is not None and target == "cpp":
         lifted = templates.choose(rendered.kernel_source)
-    return CompiledGraph(
-        rendered.wrapper_source,
-        target,
-        lowered.fallback_ops,
-        constants,
-        rendered.kernel_source,
-        rendered.kernels,
-        wrapper.source,
-        cache_dir,
-        locations,
-        signer,
-        lifted,
-    )
+
+    def compiled(lifted: tuple[int, ...]) -> CompiledGraph:
+        return CompiledGraph(
+            rendered.wrapper_source,
+            target,
+            lowered.fallback_ops,
+            constants,
+            rendered.kernel_source,
+            rendered.kernels,
+            wrapper.source,
+            cache_dir,
+            locations,
+            signer,
+            lifted,
+        )
+
+    if not lifted:
+        return compiled(())
+    try:
+        return compiled(lifted)
+    except CodegenError as e:  # the template: this size builds as it is
+        log.info("sizes of graph %s build one by one: %s", title, e)
+        templates.refuse(rendered.kernel_source)
+        return compiled(())
 
 
 def _device(example_inputs: Sequence[object]) -> str:

@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .. import KERNEL_BREAKS
+
 # A number literal with its suffix, not a digit inside a name (``i0``,
 # ``int64_t``); hexadecimal constants only occur in the preamble, which every
 # size shares.
@@ -34,6 +36,12 @@ _FIXED_LINE = re.compile(r"\s*(?:#|(?:const\s+)?[\w:]+\s+\w+\[)")
 TEMPLATE_PARAMS = (
     "const int64_t* __restrict__ ember_k, const double* __restrict__ ember_f, "
 )
+# A comment to the end of its line, but the line the build splits units at.
+_COMMENT = re.compile(r"//(?!" + re.escape(KERNEL_BREAKS["cpp"][2:]) + r"$).*$", re.M)
+# A float32 constant is written ``0.03125f`` when exact and
+# ``static_cast<float>(0.1)`` when not: the same kind of literal either way.
+_FLOAT_CAST = re.compile(r"static_cast<float>\(#\)")
+_CAST_LIFTED = re.compile(r"static_cast<float>\(double\((ember_lf\d+)\)\)")
 
 
 @dataclass(frozen=True)
@@ -46,10 +54,13 @@ class Literals:
     fixed: frozenset[int]
 
     @functools.cached_property
-    def skeleton(self) -> str:
-        """The source with every number blanked: sources with the same
-        skeleton differ only in their literals."""
-        return _NUMBER.sub("#", self.source)
+    def skeleton(self) -> tuple[str, tuple[str, ...]]:
+        """The source without comments and with every number blanked, and the
+        numbers the compiler needs as written: sources with the same skeleton
+        differ only in literals a template can lift. (A graph loaded from
+        the cache has lost the user's lines its comments name.)"""
+        code = _FLOAT_CAST.sub("#", _NUMBER.sub("#", _COMMENT.sub("", self.source)))
+        return code, tuple(self.text(i) for i in sorted(self.fixed))
 
     def text(self, i: int) -> str:
         start, end = self.spans[i]
@@ -94,8 +105,9 @@ def template(literals: Literals, lifted: Sequence[int]) -> str:
     """The source with the literals at ``lifted`` read at run time, in that
     order, from ``ember_k`` (integers) and ``ember_f`` (floating point), two
     arrays every kernel takes first. Each kernel copies the values it uses into
-    local constants on entry (``ember_k3``): the compiler then knows no store
-    of the kernel changes them, and keeps them out of its loops."""
+    local constants on entry (``ember_lk3``): the compiler then knows no store
+    of the kernel changes them, and keeps them out of its loops. Comments are
+    left out: every size of a skeleton writes the same template."""
     parts, at, ints, floats = [], 0, 0, 0
     source = literals.source
     for i in sorted(lifted):
@@ -103,28 +115,29 @@ def template(literals: Literals, lifted: Sequence[int]) -> str:
         token = source[start:end]
         if _is_float(token):
             cast = "float" if token.endswith("f") else "double"
-            read = f"{cast}(ember_f{floats})"
+            read = f"{cast}(ember_lf{floats})"
             floats += 1
         else:
-            read = f"ember_k{ints}"
+            read = f"ember_lk{ints}"
             ints += 1
         parts += [source[at:start], read]
         at = end
     parts.append(source[at:])
-    return _KERNEL_BODY.sub(_with_locals, "".join(parts))
+    code = _CAST_LIFTED.sub(r"float(\1)", _COMMENT.sub("", "".join(parts)))
+    return _KERNEL_BODY.sub(_with_locals, code)
 
 
 # A kernel's definition: its signature's opening, and its body up to the
 # closing brace at the start of a line.
 _KERNEL_BODY = re.compile(r'(extern "C" \w+ \w+\()(.*?\) \{\n)(.*?\n\}\n)', re.DOTALL)
-_LIFTED_NAME = re.compile(r"\bember_([kf])(\d+)\b")
+_LIFTED_NAME = re.compile(r"\bember_l([kf])(\d+)\b")
 
 
 def _with_locals(match: re.Match) -> str:
     head, signature, body = match.groups()
     used = sorted(set(_LIFTED_NAME.findall(body)), key=lambda n: (n[0], int(n[1])))
     local = [
-        f"  const {'int64_t' if kind == 'k' else 'double'} ember_{kind}{j} = "
+        f"  const {'int64_t' if kind == 'k' else 'double'} ember_l{kind}{j} = "
         f"ember_{kind}[{j}];\n"
         for kind, j in used
     ]
@@ -164,7 +177,9 @@ class Templates:
     that differ from the first source, together with every one lifted before,
     so the sizes of one skeleton share one template (and one library)."""
 
-    seen: dict[str, tuple[Literals, frozenset[int]]] = field(default_factory=dict)
+    seen: dict[tuple, tuple[Literals, frozenset[int]]] = field(default_factory=dict)
+    # Skeletons whose template did not build: their sizes build as they are.
+    refused: set[tuple] = field(default_factory=set)
 
     def choose(self, source: str) -> tuple[int, ...]:
         """The literals of ``source`` to lift (none: build it as it is)."""
@@ -173,15 +188,22 @@ class Templates:
         if known is None:
             self.seen[literals.skeleton] = (literals, frozenset())
             return ()
+        if literals.skeleton in self.refused:
+            return ()
         first, lifted = known
         differ = {
             i for i in range(len(literals.spans)) if literals.text(i) != first.text(i)
         }
-        if not differ or differ & literals.fixed:
-            return ()  # the same source, or it differs where C++ needs a constant
+        if not differ:
+            return tuple(sorted(lifted))  # the first source's own values
         lifted = lifted | differ
         self.seen[literals.skeleton] = (first, lifted)
         return tuple(sorted(lifted))
+
+    def refuse(self, source: str) -> None:
+        """The template of ``source``'s skeleton failed to build: build its
+        sizes as they are from now on."""
+        self.refused.add(find_literals(source).skeleton)
 
     def remember(self, source: str, lifted: Sequence[int]) -> None:
         """Take in a compile made elsewhere (loaded from bytes)."""

@@ -419,7 +419,8 @@ def column_reductions(
         for s in group
     ]
     blocks = -(-size // cols.lanes)
-    if team is not None and blocks * numel(sizes) // size > 1:
+    # (with varying sizes the pragma is there for any width: see _team)
+    if team is not None and (scope.varying or blocks * numel(sizes) // size > 1):
         lines.append(f"{indent}#pragma omp parallel for collapse({cols.rank}){team}")
     inner = indent
     for d in (d for d in range(cols.rank) if d != dim):
