@@ -7,6 +7,7 @@ through torch, which every graph also keeps as its fallback.
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +49,8 @@ def compile_graph(
     signer: Signer | None = None,
     check_inputs: bool = True,
     templates: Templates | None = None,
-) -> CompiledGraph:
+    build: bool = True,
+) -> CompiledGraph | None:
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
 
     ``target`` is "auto" or one of TARGETS. The result is callable with inputs like
@@ -69,7 +71,8 @@ def compile_graph(
     graphs with symbolic sizes) gives a callable that compiles the graph again
     for each new set of sizes it is called with (``specialize.PerSizeGraph``).
     ``templates`` (what that gives the compile of each size) lets sizes whose
-    C++ differs only in literals share one library (render/cpp/literals.py).
+    C++ differs only in literals share one library (render/cpp/literals.py);
+    ``build=False`` only shows it this graph's C++ and returns None.
     """
     if target == "auto":
         target = _auto_target(example_inputs)
@@ -85,7 +88,8 @@ def compile_graph(
         # Kernels take sizes as constants: one compile per set of sizes.
         settings = {"target": target, "check_inputs": check_inputs}
         compile_one = per_size_compiler(settings, cache_dir, signer, Templates())
-        return PerSizeGraph(gm, example_inputs, compile_one, settings)
+        probe = functools.partial(compile_one, build=False)
+        return PerSizeGraph(gm, example_inputs, compile_one, settings, probe)
     title = f"{type(gm).__name__}, {sum(1 for _ in gm.graph.nodes)} nodes"
     wrapper = emit_wrapper(gm, title)
     constants = {name: getattr(gm, name) for name in wrapper.constant_names}
@@ -122,6 +126,8 @@ def compile_graph(
     lifted = ()
     if templates is not None and target == "cpp":
         lifted = templates.choose(rendered.kernel_source)
+    if not build:
+        return None
 
     def compiled(lifted: tuple[int, ...]) -> CompiledGraph:
         return CompiledGraph(
@@ -198,7 +204,9 @@ def per_size_compiler(
     check_inputs, as ``compile_graph`` was given them; ``templates``: the
     graph's, one for all its sizes)."""
 
-    def compile_one(specialized: torch.fx.GraphModule, inputs: list) -> CompiledGraph:
+    def compile_one(
+        specialized: torch.fx.GraphModule, inputs: list, build: bool = True
+    ) -> CompiledGraph | None:
         return compile_graph(
             specialized,
             inputs,
@@ -207,6 +215,7 @@ def per_size_compiler(
             signer=signer,
             check_inputs=settings["check_inputs"],
             templates=templates,
+            build=build,
         )
 
     return compile_one

@@ -131,12 +131,22 @@ def _input_index(gm: torch.fx.GraphModule, node: torch.fx.Node) -> int:
     return list(gm.graph.find_nodes(op="placeholder")).index(node)
 
 
+# How far a probe's sizes are from the first compile's (``PerSizeGraph``).
+PROBE_STEP = 3
+
+
 class PerSizeGraph:
     """``compile_one(specialized_gm, inputs)`` per set of symbolic sizes (and
     integer inputs), behind one callable; the latest compile answers
     ``source`` and the rest for inspection. ``settings`` (plain data) is how
     ``compile_one`` compiles: kept by ``to_bytes`` so that a loaded one
-    compiles new sizes the same way."""
+    compiles new sizes the same way.
+
+    With ``probe``, before its first compile it calls ``probe(specialized_gm,
+    inputs)`` once for sizes ``PROBE_STEP`` above the first ones (inputs of
+    that shape, contiguous, uninitialized): a renderer that shares a library
+    between sizes (render/cpp/literals.py) then sees two sizes before it
+    builds anything. A probe that fails is skipped."""
 
     def __init__(
         self,
@@ -144,9 +154,11 @@ class PerSizeGraph:
         example_inputs: Sequence[object],
         compile_one: Callable[[torch.fx.GraphModule, list], Callable],
         settings: dict | None = None,
+        probe: Callable[[torch.fx.GraphModule, list], object] | None = None,
     ) -> None:
         self.gm = gm
         self.compile_one = compile_one
+        self.probe = probe
         self.settings = settings or {}
         self.compiled: dict[tuple, Callable] = {}
         # What a compile depends on: the symbolic sizes (input, dim), and the
@@ -212,6 +224,8 @@ class PerSizeGraph:
 
     def _compile(self, inputs: list) -> Callable:
         with collector_paused():
+            if self.probe is not None and not self.compiled:
+                self._probe(inputs)
             specialized = specialize(self.gm, inputs)
             try:
                 compiled = self.compile_one(specialized, tensor_inputs(inputs))
@@ -220,6 +234,34 @@ class PerSizeGraph:
                 compiled = specialized
         self.compiled[self._key(inputs)] = self.latest = compiled
         return compiled
+
+    def _probe(self, inputs: list) -> None:
+        """``probe`` at sizes ``PROBE_STEP`` above ``inputs``' (same dtypes,
+        contiguous); skipped when an input is laid out otherwise or anything
+        fails (the sizes may break a relation the graph assumed)."""
+        by_symbol = _symbols_of(self.gm)
+        if by_symbol is None or not all(
+            t.is_contiguous() for t in inputs if isinstance(t, torch.Tensor)
+        ):
+            return
+        shapes = [list(t.shape) if isinstance(t, torch.Tensor) else t for t in inputs]
+        for places in by_symbol.values():
+            for i, d in places:
+                if d is None:
+                    shapes[i] += PROBE_STEP
+                else:
+                    shapes[i][d] += PROBE_STEP
+        probe_inputs = [
+            torch.empty(shape, dtype=t.dtype, device=t.device)
+            if isinstance(t, torch.Tensor)
+            else shape
+            for t, shape in zip(inputs, shapes)
+        ]
+        try:
+            specialized = specialize(self.gm, probe_inputs)
+            self.probe(specialized, tensor_inputs(probe_inputs))
+        except Exception as e:  # a probe is an optimization only
+            log.info("no probe at other sizes: %s: %s", type(e).__name__, e)
 
     def __getattr__(self, name: str) -> object:
         # source, target, fallback_ops, kernels ...: those of the latest compile
@@ -242,6 +284,27 @@ def collector_paused() -> Iterator[None]:
     finally:
         gc.collect(1)
         gc.enable()
+
+
+def _symbols_of(
+    gm: torch.fx.GraphModule,
+) -> dict[str, list[tuple[int, int | None]]] | None:
+    """Where each symbol of ``gm``'s traced inputs is: (input, dim), or
+    (input, None) for an integer input; None when an input's traced size is
+    an expression of symbols rather than one symbol, or nothing was traced."""
+    places: dict[str, list[tuple[int, int | None]]] = {}
+    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        val = node.meta.get("val")
+        sizes = [(None, val)] if isinstance(val, torch.SymInt) else []
+        if isinstance(val, torch.Tensor):
+            sizes = list(enumerate(val.shape))
+        for d, size in sizes:
+            if isinstance(size, torch.SymInt):
+                name = str(size)
+                if not name.isidentifier():
+                    return None
+                places.setdefault(name, []).append((i, d))
+    return places or None
 
 
 def _symbolic_reads(
