@@ -82,12 +82,20 @@ TRITON = "triton==3.9.0"
 @nox.session
 def triton(session: nox.Session) -> None:
     """The Triton target under Triton's interpreter: codegen's Triton cases,
-    then the umbrella's demo block and training step."""
+    the lowering tests on the Triton target, then the umbrella's demo block
+    and training step."""
     install(session, *ALL_PACKAGES)
     session.install(TRITON)
     interpret = {"TRITON_INTERPRET": "1"}
-    for tests in ("codegen/tests/test_triton.py", "ember/tests/test_triton_target.py"):
-        session.run("pytest", f"packages/{tests}", *session.posargs, env=interpret)
+    for tests in (
+        ["codegen/tests/test_triton.py"],
+        ["codegen/tests/test_lowerings.py", "-k", "triton"],
+        ["ember/tests/test_triton_target.py"],
+    ):
+        path, *selection = tests
+        session.run(
+            "pytest", f"packages/{path}", *selection, *session.posargs, env=interpret
+        )
 
 
 @nox.session

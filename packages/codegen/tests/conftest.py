@@ -1,6 +1,9 @@
 """Shared helpers: aten graphs from plain functions, and a C++ compile that uses a
 per-session temporary kernel cache."""
 
+import importlib.util
+import os
+
 import pytest
 import torch
 import torch.fx
@@ -32,6 +35,36 @@ def cpp(kernel_cache):
         )
 
     return build
+
+
+# The loop targets the lowering tests run on: C++, and Triton where it runs
+# (under its interpreter on CPU tensors, ``nox -s triton``).
+LOOP_TARGETS = ["cpp"] + (
+    ["triton"]
+    if importlib.util.find_spec("triton") and os.environ.get("TRITON_INTERPRET") == "1"
+    else []
+)
+
+
+@pytest.fixture(params=LOOP_TARGETS)
+def loops(request, kernel_cache):
+    """``loops(fn, *inputs)`` compiles ``fn``'s aten graph for each loop target
+    in turn (``compiled.target`` says which; "torch" when the Triton target
+    does not render the graph yet and it runs through torch whole)."""
+
+    def build(fn, *inputs):
+        return compile_graph(
+            aten_graph(fn), list(inputs), target=request.param, cache_dir=kernel_cache
+        )
+
+    return build
+
+
+def lowered(compiled) -> bool:
+    """Whether every op ran as generated loops: no op through torch, or, for
+    the Triton target, the whole graph through torch because Triton does not
+    render it yet (the test then checks the values only)."""
+    return compiled.fallback_ops == () or compiled.target == "torch"
 
 
 def check(compiled, fn, *inputs, **tolerance):

@@ -60,8 +60,17 @@ def ember_to_bf16(x):
 
 @triton.jit
 def ember_tanh(x):
-    # 1 - 2 / (exp(2x) + 1): exact at 0 and saturating without overflow.
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+    # In float64, 1 - 2 / (exp(2|x|) + 1) with the sign of x: saturates
+    # without overflow and rounds to float32 within one float; below 0.01,
+    # where it cancels, the series to x^7 (the next term is 2e-18 of it; -0
+    # stays -0).
+    xd = x.to(tl.float64)
+    a = tl.abs(xd)
+    y = 1.0 - 2.0 / (tl.exp(2.0 * a) + 1.0)
+    y = tl.where(xd < 0, -y, y)
+    z = xd * xd
+    series = xd * (1.0 + z * (-1.0 / 3.0 + z * (2.0 / 15.0 - z * (17.0 / 315.0))))
+    return tl.where(a < 0.01, series, y).to(x.dtype)
 """
 
 TL_TYPES: dict[torch.dtype, str] = {
@@ -170,13 +179,18 @@ class _Body:
         if isinstance(e, Const):
             return _literal(e)
         if isinstance(e, IndexValue):
-            return f"({self.index(e.index, mask)}).to(tl.int64)"
+            code = self.index(e.index, mask)
+            if _is_number(code):  # a Python number has no .to()
+                return f"tl.full([1], {code}, tl.int64)"
+            return f"({code}).to(tl.int64)"
         if isinstance(e, Load):
             if e.name in self.scope.locals_:
                 return self.scope.locals_[e.name]
             offset = self.offset(e.name, e.index, mask)
-            if not any(self._varies(i) for i in e.index):
-                # the same element in every lane: a block of its address
+            if not any(self._varies(i, through_indirect=False) for i in e.index):
+                # maybe the same element in every lane (an index read from a
+                # tensor at a position that does not vary either): a block of
+                # its address, as the mask is one
                 offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
             code = f"tl.load(p_{e.name} + {_group(offset)}, mask={mask}, other=0)"
             return f"{code}.to(tl.float32)" if e.dtype in HALF_TYPES else code
@@ -184,8 +198,11 @@ class _Body:
             return self._check(e, mask)
         if e.op == "select":
             cond = self.value(e.args[0], mask)
-            taken = self._mask(f"{mask} & ({cond} != 0)")
-            other = self._mask(f"{mask} & ({cond} == 0)")
+            # (compared again: a condition that is the same for every lane is
+            # a scalar, and the interpreter's `&` of a block and a scalar
+            # gives int32 lanes, which a load's mask may not be)
+            taken = self._mask(f"({mask} & ({cond} != 0)) != 0")
+            other = self._mask(f"({mask} & ({cond} == 0)) != 0")
             a, b = self.value(e.args[1], taken), self.value(e.args[2], other)
             return f"tl.where({cond} != 0, {a}, {b})"
         template = SCALAR_OPS.get(e.op)
@@ -194,6 +211,8 @@ class _Body:
         args = [self.value(a, mask) for a in e.args]
         if e.op == "cast":
             (source,) = e.args
+            if isinstance(source, Const):  # a Python number has no .to()
+                args = [f"tl.full([{self.lanes}], {args[0]}, {TL_TYPES[source.dtype]})"]
             if source.dtype in HALF_TYPES and not isinstance(source, Load):
                 # an arithmetic result of a 16-bit type is rounded to it first
                 args = [f"{_narrow(args[0], source.dtype)}.to(tl.float32)"]
@@ -221,14 +240,18 @@ class _Body:
         self.lines.append(f"{self.indent}{name} = {code}")
         return name
 
-    def _varies(self, i: Index) -> bool:
-        """Whether index ``i`` differs between the lanes of a block."""
+    def _varies(self, i: Index, through_indirect: bool = True) -> bool:
+        """Whether index ``i`` differs between the lanes of a block (an
+        ``Indirect`` term counts as differing unless ``through_indirect`` is
+        False)."""
         for term, _ in i.terms:
             if isinstance(term, Var) and term.name in self.vectors:
                 return True
-            if isinstance(term, (Div, Mod)) and self._varies(term.num):
+            if isinstance(term, (Div, Mod)) and self._varies(
+                term.num, through_indirect
+            ):
                 return True
-            if isinstance(term, Indirect):
+            if isinstance(term, Indirect) and through_indirect:
                 return True  # its value is a block (loaded with the mask)
         return False
 
@@ -251,9 +274,20 @@ class _Body:
 
 def _narrow(code: str, dtype: torch.dtype) -> str:
     """``code`` converted to ``dtype`` for a store (or a cast)."""
+    if _is_number(code):  # a Python number has no .to(): a block of one
+        code = f"tl.full([1], {code}, tl.float32)"
     if dtype == torch.bfloat16:
         return f"ember_to_bf16({code})"
     return f"({code}).to({TL_TYPES[dtype]})"
+
+
+def _is_number(code: str) -> bool:
+    """Whether ``code`` is a literal ``_literal`` wrote."""
+    try:
+        float(code.removeprefix("float(").removesuffix(")").strip('"'))
+    except ValueError:
+        return False
+    return True
 
 
 def _group(code: str) -> str:
