@@ -138,6 +138,27 @@ CASES = {
             torch.randint(0, 4, (5, 2), device=DEVICE),
         ),
     ),
+    "round (half to even), sign and signbit": (
+        lambda x, i: (
+            aten.round.default(x),
+            aten.sign.default(x),
+            aten.signbit.default(x),
+            aten.sign.default(i),
+            aten.signbit.default(i),
+        ),
+        lambda: (
+            torch.cat(
+                [
+                    _randn(20) * 4,
+                    torch.tensor(
+                        [0.5, 1.5, 2.5, -0.5, -2.5, -0.4, 0.49999997, 1e8, -0.0, 0.0],
+                        device=DEVICE,
+                    ),
+                ]
+            ),
+            torch.randint(-3, 4, (12,), device=DEVICE),
+        ),
+    ),
     "matmul epilogue": (
         lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
         lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),

@@ -59,6 +59,19 @@ def ember_to_bf16(x):
 
 
 @triton.jit
+def ember_round(x, big):
+    # Half to even, as torch.round: x - floor(x) is exact below 2^23 (2^52
+    # for float64), where every float is an integer already; a zero keeps
+    # x's sign, and NaN stays NaN (its comparisons are false).
+    f = tl.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0
+    r = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+    r = tl.where(r == 0, x * 0.0, r)
+    return tl.where(tl.abs(x) >= big, x, r)
+
+
+@triton.jit
 def ember_tanh(x):
     # In float64, 1 - 2 / (exp(2|x|) + 1) with the sign of x: saturates
     # without overflow and rounds to float32 within one float; below 0.01,
@@ -104,6 +117,8 @@ SCALAR_OPS: dict[str, str] = {
     "cos": "tl.cos({0})",
     "erf": "tl.erf({0})",
     "floor": "tl.floor({0})",
+    # torch's sign: 1, -1 or 0 (0 for NaN, and True for a true bool)
+    "sign": "tl.where({0} > 0, 1, tl.where({0} < 0, -1, 0)).to({T})",
     "ceil": "tl.ceil({0})",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
     "fma": "({0} * {1} + {2})",
@@ -205,6 +220,8 @@ class _Body:
             other = self._mask(f"({mask} & ({cond} == 0)) != 0")
             a, b = self.value(e.args[1], taken), self.value(e.args[2], other)
             return f"tl.where({cond} != 0, {a}, {b})"
+        if e.op in ("signbit", "round"):
+            return self._by_operand_dtype(e, mask)
         template = SCALAR_OPS.get(e.op)
         if template is None:
             raise Unsupported(f"the scalar op {e.op.value!r} has no Triton form yet")
@@ -220,6 +237,21 @@ class _Body:
                 # rounded to the 16-bit type, computed on in float32 (as loaded)
                 return f"{_narrow(args[0], e.dtype)}.to(tl.float32)"
         return template.format(*args, T=TL_TYPES[e.dtype])
+
+    def _by_operand_dtype(self, e: Call, mask: str) -> str:
+        """Ops whose Triton form depends on their operand's dtype."""
+        (x,) = e.args
+        code = self.value(x, mask)
+        floating = x.dtype.is_floating_point
+        if e.op == "signbit":  # the sign bit: -0.0 and negative NaNs too
+            if not floating:
+                return f"({code} < 0)"
+            bits = "tl.int64" if x.dtype == torch.float64 else "tl.int32"
+            return f"({code}.to({bits}, bitcast=True) < 0)"
+        if not floating:
+            return code  # round of an integer
+        big = 2.0**52 if x.dtype == torch.float64 else 2.0**23
+        return f"ember_round({code}, {big!r})"
 
     def _check(self, e: Call, mask: str) -> str:
         """``index_check(value, v, low, size)``: ``value``, and a 1 stored in the
