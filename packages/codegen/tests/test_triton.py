@@ -159,6 +159,17 @@ CASES = {
             torch.randint(-3, 4, (12,), device=DEVICE),
         ),
     ),
+    "prod over a dim and over all, floats and integers": (
+        lambda x, i: (
+            aten.prod.dim_int(x, 1),
+            aten.prod.default(x),
+            aten.prod.dim_int(i, 0),
+        ),
+        lambda: (
+            torch.rand(4, 7, device=DEVICE) + 0.5,
+            torch.randint(-3, 4, (5, 3), device=DEVICE),
+        ),
+    ),
     "matmul epilogue": (
         lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
         lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),

@@ -59,6 +59,11 @@ def ember_to_bf16(x):
 
 
 @triton.jit
+def ember_mul(a, b):
+    return a * b
+
+
+@triton.jit
 def ember_round(x, big):
     # Half to even, as torch.round: x - floor(x) is exact below 2^23 (2^52
     # for float64), where every float is an integer already; a zero keeps
@@ -153,6 +158,7 @@ SCALAR_OPS: dict[str, str] = {
 
 _IDENTITY = {
     ReduceKind.SUM: "0",
+    ReduceKind.PROD: "1",
     ReduceKind.MAX: 'float("-inf")',
     ReduceKind.MIN: 'float("inf")',
 }
@@ -429,7 +435,10 @@ def _spread(kernel: Kernel) -> bool:
 
 def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     # max/min start from an infinity: float accumulators only, for now.
-    floats = stage.kind is ReduceKind.SUM or stage.acc_dtype.is_floating_point
+    floats = (
+        stage.kind in (ReduceKind.SUM, ReduceKind.PROD)
+        or stage.acc_dtype.is_floating_point
+    )
     if stage.sizes != kernel.outer or stage.kind not in _IDENTITY or not floats:
         raise Unsupported(f"a {stage.kind.value} reduction of this shape or dtype")
     n = math.prod(stage.reduce_sizes)
@@ -451,6 +460,8 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     term = f"tl.where(mask, ({value}).to({acc_type}), {identity})"
     if stage.kind is ReduceKind.SUM:
         body.lines.append(f"        {acc} = {acc} + {term}")
+    elif stage.kind is ReduceKind.PROD:
+        body.lines.append(f"        {acc} = {acc} * {term}")
     else:
         fold = "maximum" if stage.kind is ReduceKind.MAX else "minimum"
         body.lines.append(
@@ -466,6 +477,8 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     ]
     if stage.kind is ReduceKind.SUM:
         lines.append(f"    {result} = tl.sum({acc}, 0)")
+    elif stage.kind is ReduceKind.PROD:
+        lines.append(f"    {result} = tl.reduce({acc}, 0, ember_mul)")
     else:
         # tl.max/min skip NaN; torch's amax/amin propagate it.
         fold = "max" if stage.kind is ReduceKind.MAX else "min"
