@@ -170,6 +170,28 @@ CASES = {
             torch.randint(-3, 4, (5, 3), device=DEVICE),
         ),
     ),
+    "argmax and argmin: first occurrence, NaN first, looped rows": (
+        lambda x, i, long: (
+            aten.argmax.default(x, 1),
+            aten.argmin.default(x, 0),
+            aten.argmax.default(x),
+            aten.argmin.default(i, 1),
+            aten.argmax.default(long, 1),
+        ),
+        lambda: (
+            torch.tensor(
+                [
+                    [1.0, 3.0, 3.0, 2.0],
+                    [float("nan"), 1.0, float("nan"), 5.0],
+                    [-float("inf")] * 4,
+                    [2.0, -2.0, 2.0, -2.0],
+                ],
+                device=DEVICE,
+            ),
+            torch.randint(-3, 4, (5, 6), device=DEVICE),
+            _randn(3, 2500),  # more than one block of lanes
+        ),
+    ),
     "matmul epilogue": (
         lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
         lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),

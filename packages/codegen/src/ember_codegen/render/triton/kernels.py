@@ -434,6 +434,8 @@ def _spread(kernel: Kernel) -> bool:
 
 
 def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
+    if stage.kind in (ReduceKind.ARGMAX, ReduceKind.ARGMIN):
+        return _arg_reduction(stage, kernel, scope)
     # max/min start from an infinity: float accumulators only, for now.
     floats = (
         stage.kind in (ReduceKind.SUM, ReduceKind.PROD)
@@ -490,16 +492,7 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     if stage.dtype in HALF_TYPES:
         # eager rounds a 16-bit reduction's result; a later stage reads that
         lines.append(f"    {result} = {_narrow(result, stage.dtype)}.to(tl.float32)")
-    scope.locals_[stage.name] = result
-    if stage.name in kernel.stored:
-        out = _Body(scope, "    ", 1, frozenset())
-        offset = out.offset(stage.name, _vars(stage.sizes, "i"), "True")
-        lines += out.lines
-        lines.append(
-            f"    tl.store(p_{stage.name} + {_group(offset)}, "
-            f"{_narrow(result, stage.dtype)})"
-        )
-    return lines
+    return lines + _store_result(stage, kernel, scope, result)
 
 
 def checks_indices(kernel: Kernel) -> bool:
@@ -515,6 +508,74 @@ def checks_indices(kernel: Kernel) -> bool:
 
 def _vars(sizes: tuple[int, ...], prefix: str) -> tuple[Index, ...]:
     return tuple(var(f"{prefix}{d}", size) for d, size in enumerate(sizes))
+
+
+def _arg_reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
+    """argmax/argmin: each lane keeps its best value and the flat position of
+    its first occurrence (blocks come in order, so a later equal value never
+    takes over), NaN beating any number as in torch; then the program takes
+    the lanes holding the best value (any NaN first) and the least position."""
+    if stage.sizes != kernel.outer or stage.acc_dtype not in (
+        torch.float32,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+    ):
+        raise Unsupported(f"a {stage.kind.value} reduction of this shape or dtype")
+    n = math.prod(stage.reduce_sizes)
+    block = min(BLOCK, _pow2(n))
+    better = ">" if stage.kind is ReduceKind.ARGMAX else "<"
+    if stage.acc_dtype.is_floating_point:
+        worst = 'float("-inf")' if better == ">" else 'float("inf")'
+    else:
+        info = torch.iinfo(stage.acc_dtype)
+        worst = str(info.min if better == ">" else info.max)
+    acc_type = TL_TYPES[stage.acc_dtype]
+    val, pos, result = f"{stage.name}_best", f"{stage.name}_at", f"{stage.name}_val"
+    lanes = frozenset(f"r{d}" for d in range(len(stage.reduce_sizes)))
+    body = _Body(scope, "        ", block, lanes)
+    body.lines += [
+        f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
+        f"        mask = flat < {n}",
+    ]
+    body.lines += ["        " + s for s in _split("r", 0, stage.reduce_sizes, "flat")]
+    value = body.value(stage.expr, "mask")
+    body.lines += [
+        f"        v = tl.where(mask, ({value}).to({acc_type}), {worst})",
+        f"        take = mask & ((v {better} {val}) | ((v != v) & ({val} == {val})))",
+        f"        {val} = tl.where(take, v, {val})",
+        f"        {pos} = tl.where(take, flat, {pos})",
+    ]
+    return [
+        f"    # {stage.name} = {stage.kind.value} of {describe_origin(stage.origin)}",
+        f"    {val} = tl.full([{block}], {worst}, {acc_type})",
+        f"    {pos} = tl.full([{block}], {n}, tl.int64)",
+        f"    for start in range(0, {n}, {block}):",
+        *body.lines,
+        f"    nan = {val} != {val}",
+        f"    top = tl.{'max' if better == '>' else 'min'}({val}, 0)",
+        f"    best = tl.where(tl.sum(nan.to(tl.int32), 0) > 0, nan, {val} == top)",
+        f"    {result} = tl.min(tl.where(best & ({pos} < {n}), {pos}, {n}), 0)",
+        f"    {result} = tl.where({result} == {n}, 0, {result})",
+        *_store_result(stage, kernel, scope, result),
+    ]
+
+
+def _store_result(
+    stage: Reduction, kernel: Kernel, scope: _Scope, result: str
+) -> list[str]:
+    """The program's value of ``stage`` made readable by later stages, and
+    stored when the kernel stores it."""
+    scope.locals_[stage.name] = result
+    if stage.name not in kernel.stored:
+        return []
+    out = _Body(scope, "    ", 1, frozenset())
+    offset = out.offset(stage.name, _vars(stage.sizes, "i"), "True")
+    return [
+        *out.lines,
+        f"    tl.store(p_{stage.name} + {_group(offset)}, "
+        f"{_narrow(result, stage.dtype)})",
+    ]
 
 
 def _pow2(n: int) -> int:
