@@ -192,6 +192,19 @@ CASES = {
             _randn(3, 2500),  # more than one block of lanes
         ),
     ),
+    "constants stored in their own dtype, sign of 16-bit floats": (
+        lambda d, i, h: (
+            aten.full_like.default(d, 0.1),
+            aten.full_like.default(i, 2**40 + 1),
+            aten.sign.default(h),
+            aten.mul.Tensor(aten.sign.default(h), h),
+        ),
+        lambda: (
+            torch.zeros(4, dtype=torch.float64, device=DEVICE),
+            torch.zeros(4, dtype=torch.int64, device=DEVICE),
+            _randn(6, dtype=torch.bfloat16),
+        ),
+    ),
     "matmul epilogue": (
         lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
         lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),
