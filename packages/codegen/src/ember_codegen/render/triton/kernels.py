@@ -466,14 +466,7 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
         "tl.float32" if stage.acc_dtype in HALF_TYPES else TL_TYPES[stage.acc_dtype]
     )
     identity = _IDENTITY[stage.kind]
-    lanes = frozenset(f"r{d}" for d in range(len(stage.reduce_sizes)))
-    body = _Body(scope, "        ", block, lanes)
-    body.lines += [
-        f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
-        f"        mask = flat < {n}",
-    ]
-    body.lines += ["        " + s for s in _split("r", 0, stage.reduce_sizes, "flat")]
-    value = body.value(stage.expr, "mask")
+    body, value = _reduced_block(stage, scope, block)
     term = f"tl.where(mask, ({value}).to({acc_type}), {identity})"
     if stage.kind is ReduceKind.SUM:
         body.lines.append(f"        {acc} = {acc} + {term}")
@@ -525,6 +518,21 @@ def _vars(sizes: tuple[int, ...], prefix: str) -> tuple[Index, ...]:
     return tuple(var(f"{prefix}{d}", size) for d, size in enumerate(sizes))
 
 
+def _reduced_block(stage: Reduction, scope: _Scope, block: int) -> tuple[_Body, str]:
+    """The statements of one block of a reduction's loop (its flat positions,
+    the mask of the tail, each reduced dim's variable) and the code of the
+    value each lane reduces."""
+    n = math.prod(stage.reduce_sizes)
+    lanes = frozenset(f"r{d}" for d in range(len(stage.reduce_sizes)))
+    body = _Body(scope, "        ", block, lanes)
+    body.lines += [
+        f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
+        f"        mask = flat < {n}",
+    ]
+    body.lines += ["        " + s for s in _split("r", 0, stage.reduce_sizes, "flat")]
+    return body, body.value(stage.expr, "mask")
+
+
 def _arg_reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     """argmax/argmin: each lane keeps its best value and the flat position of
     its first occurrence (blocks come in order, so a later equal value never
@@ -547,14 +555,7 @@ def _arg_reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]
         worst = str(info.min if better == ">" else info.max)
     acc_type = TL_TYPES[stage.acc_dtype]
     val, pos, result = f"{stage.name}_best", f"{stage.name}_at", f"{stage.name}_val"
-    lanes = frozenset(f"r{d}" for d in range(len(stage.reduce_sizes)))
-    body = _Body(scope, "        ", block, lanes)
-    body.lines += [
-        f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
-        f"        mask = flat < {n}",
-    ]
-    body.lines += ["        " + s for s in _split("r", 0, stage.reduce_sizes, "flat")]
-    value = body.value(stage.expr, "mask")
+    body, value = _reduced_block(stage, scope, block)
     body.lines += [
         f"        v = tl.where(mask, ({value}).to({acc_type}), {worst})",
         f"        take = mask & ((v {better} {val}) | ((v != v) & ({val} == {val})))",
