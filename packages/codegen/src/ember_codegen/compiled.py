@@ -78,8 +78,9 @@ class CompiledGraph:
     cache_dir: Path | None = None
     locations: tuple[str, ...] = ()
     signer: Signer | None = field(default=None, repr=False)
-    # Token indices of the C++ literals this size reads at run time from a
-    # library other sizes share (render/cpp/literals.py); none: built as is.
+    # Indices (in ``find_literals`` order) of the C++ number literals this size
+    # reads at run time from a library other sizes share
+    # (render/cpp/literals.py); none: built as is.
     lifted: tuple[int, ...] = ()
     library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)

@@ -256,8 +256,8 @@ _TEAM_IF = re.compile(r"^( *)(#pragma omp parallel for.*) if\((\d+) >= (\d+)\)$"
 def _both_ways(kernel: str) -> str:
     """``kernel`` with each loop whose pragma says ``if(work >= least)`` written
     twice, on the team when the work is large enough and on this thread
-    otherwise: the clause alone still forms a team of one, about a microsecond
-    for each small loop. The work is a literal that literals.py lifts."""
+    otherwise: the clause alone still forms a team of one at each call of a
+    small loop. The work is a literal that literals.py lifts."""
     lines, out, i = kernel.split("\n"), [], 0
     while i < len(lines):
         match = _TEAM_IF.match(lines[i])
