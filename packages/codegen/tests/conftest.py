@@ -49,28 +49,22 @@ LOOP_TARGETS = ["cpp"] + (
 @pytest.fixture(params=LOOP_TARGETS)
 def loops(request, kernel_cache):
     """``loops(fn, *inputs)`` compiles ``fn``'s aten graph for each loop target
-    in turn (``compiled.target`` says which; "torch" when the Triton target
-    does not render the graph yet and it runs through torch whole)."""
+    in turn (``compiled.target`` says which); neither may leave the graph to
+    torch whole."""
 
     def build(fn, *inputs):
         compiled = compile_graph(
             aten_graph(fn), list(inputs), target=request.param, cache_dir=kernel_cache
         )
-        # only Triton may leave a graph to torch (what it does not render yet)
-        assert compiled.target in (
-            request.param,
-            "torch" if request.param != "cpp" else "",
-        )
+        assert compiled.target == request.param
         return compiled
 
     return build
 
 
 def lowered(compiled) -> bool:
-    """Whether every op ran as generated loops: no op through torch, or, for
-    the Triton target, the whole graph through torch because Triton does not
-    render it yet (the test then checks the values only)."""
-    return compiled.fallback_ops == () or compiled.target == "torch"
+    """Whether every op ran as generated loops: no op through torch."""
+    return compiled.fallback_ops == ()
 
 
 def check(compiled, fn, *inputs, **tolerance):

@@ -209,13 +209,28 @@ CASES = {
         lambda x, w, b: (aten.relu.default(aten.add.Tensor(aten.mm.default(x, w), b)),),
         lambda: (_randn(8, 16), _randn(16, 12), _randn(12)),
     ),
+    "cumsum of a long row (a scan in blocks)": (
+        lambda x: (aten.cumsum.default(x, 1), aten.cumprod.default(x, 0)),
+        lambda: (_randn(3, 3000),),
+    ),
+    "helpers: asinh, atan2, log1p": (
+        lambda x, y: (
+            aten.atan2.default(aten.asinh.default(x), y),
+            aten.log1p.default(aten.abs.default(y)),
+        ),
+        lambda: (_randn(4, 9) * 50, _randn(4, 9)),
+    ),
 }
 
 # Not rendered yet: the graph runs through torch, and still matches eager.
 THROUGH_TORCH = {
-    "cumsum (a scan)": (
-        lambda x: (aten.cumsum.default(x, 1),),
-        lambda: (_randn(3, 8),),
+    "scatter_add (a scatter)": (
+        lambda x, i, s: (aten.scatter_add.default(x, 1, i, s),),
+        lambda: (
+            _randn(3, 8),
+            torch.randint(0, 8, (3, 4), device=DEVICE),
+            _randn(3, 4),
+        ),
     ),
 }
 

@@ -6,11 +6,11 @@ elements in blocks of at most ``BLOCK`` lanes, masked at the tail: a pointwise
 stage stores its block, a reduction folds its blocks into one accumulator of
 ``BLOCK`` lanes and then into the program's value (the looped form; a
 reduction that fits one block runs its loop once, the persistent form).
-Scalar ops map onto ``triton.language``; the few without a core function
-(tanh) are helpers in ``PREAMBLE``, as libdevice is not there under Triton's
-interpreter. What this slice does not render yet (scans, scatters, argmax,
-index checks, some scalar ops) raises ``Unsupported``, and the graph then runs
-through torch.
+A scan gets one program per row. Scalar ops map onto ``triton.language``;
+those without a core function are helpers in ``preamble.py``, as libdevice
+is not there under Triton's interpreter. What this target does not render yet
+(scatters, ``pow`` of two tensors) raises ``Unsupported``, and the graph then
+runs through torch.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ...ir.nodes import (
     Pointwise,
     ReduceKind,
     Reduction,
+    Scan,
     describe_origin,
     exprs,
     loads,
@@ -38,64 +39,11 @@ from ...ir.nodes import (
 )
 from ...scheduling.fusion import Kernel
 from .. import KERNEL_BREAKS, Unsupported
+from .preamble import PREAMBLE
 
 # Lanes of one block: a stage's inner elements are walked this many at a time.
 BLOCK = 1024
 
-PREAMBLE = """\
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def ember_to_bf16(x):
-    # float32 to bfloat16 rounding half to even (as torch); Triton's
-    # interpreter truncates in its own conversion.
-    bits = x.to(tl.uint32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    out = rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    nan = tl.full(x.shape, 0x7FC0, tl.uint16).to(tl.bfloat16, bitcast=True)
-    return tl.where(x != x, nan, out)
-
-
-@triton.jit
-def ember_mul(a, b):
-    return a * b
-
-
-@triton.jit
-def ember_round(x, big):
-    # Half to even, as torch.round: x - floor(x) is exact below 2^23 (2^52
-    # for float64), where every float is an integer already; a zero keeps
-    # x's sign, and NaN stays NaN (its comparisons are false).
-    f = tl.floor(x)
-    d = x - f
-    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0
-    r = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
-    r = tl.where(r == 0, x * 0.0, r)
-    return tl.where(tl.abs(x) >= big, x, r)
-
-
-@triton.jit
-def ember_tanh(x):
-    # In float64, 1 - 2 / (exp(2|x|) + 1) with the sign of x: saturates
-    # without overflow and rounds to float32 within one float; below 0.1,
-    # where it cancels, the series to x^13 (the next term is below 4e-18 of
-    # it; -0 stays -0).
-    xd = x.to(tl.float64)
-    a = tl.abs(xd)
-    y = 1.0 - 2.0 / (tl.exp(2.0 * a) + 1.0)
-    y = tl.where(xd < 0, -y, y)
-    z = xd * xd
-    p = 21844.0 / 6081075.0
-    p = p * z - 1382.0 / 155925.0
-    p = p * z + 62.0 / 2835.0
-    p = p * z - 17.0 / 315.0
-    p = p * z + 2.0 / 15.0
-    p = p * z - 1.0 / 3.0
-    series = xd * (1.0 + z * p)
-    return tl.where(a < 0.1, series, y).to(x.dtype)
-"""
 
 TL_TYPES: dict[torch.dtype, str] = {
     torch.float32: "tl.float32",
@@ -126,6 +74,18 @@ SCALAR_OPS: dict[str, str] = {
     "tanh": "ember_tanh({0})",
     "sin": "tl.sin({0})",
     "cos": "tl.cos({0})",
+    "tan": "ember_tan({0})",
+    "asin": "ember_asin({0})",
+    "acos": "ember_acos({0})",
+    "atan": "ember_atan({0})",
+    "sinh": "ember_sinh({0})",
+    "cosh": "ember_cosh({0})",
+    "asinh": "ember_asinh({0})",
+    "acosh": "ember_acosh({0})",
+    "atanh": "ember_atanh({0})",
+    "log1p": "ember_log1p({0})",
+    "expm1": "ember_expm1({0})",
+    "atan2": "ember_atan2({0}, {1})",
     "erf": "tl.erf({0})",
     "floor": "tl.floor({0})",
     # torch's sign: 1, -1 or 0 (0 for NaN, and True for a true bool)
@@ -152,6 +112,9 @@ SCALAR_OPS: dict[str, str] = {
     "bitwise_xor": "({0} ^ {1})",
     "where": "tl.where(({0}) != 0, {1}, {2})",
     "cast": "({0}).to({T})",
+    # Triton's % of floats is C's fmod (exact), as torch's
+    "fmod": "({0} % {1})",
+    "remainder": "ember_remainder({0}, {1})",
     "int_fmod": "({0} % {1})",
     # Python's modulo from C's: move the remainder by one divisor when signs differ.
     "int_remainder": "((({0} % {1}) + {1}) % {1})",
@@ -162,12 +125,23 @@ SCALAR_OPS: dict[str, str] = {
     "{1} - 1)",
 }
 
-_IDENTITY = {
-    ReduceKind.SUM: "0",
-    ReduceKind.PROD: "1",
-    ReduceKind.MAX: 'float("-inf")',
-    ReduceKind.MIN: 'float("inf")',
-}
+
+def _identity(kind: ReduceKind, dtype: torch.dtype) -> str | None:
+    """The value a ``kind`` fold of ``dtype`` starts from (None: no such fold
+    here); integer max and min start from the type's ends, bools' from 0/1."""
+    if kind is ReduceKind.SUM:
+        return "0"
+    if kind is ReduceKind.PROD:
+        return "1"
+    if kind not in (ReduceKind.MAX, ReduceKind.MIN):
+        return None
+    low = kind is ReduceKind.MAX
+    if dtype.is_floating_point:
+        return 'float("-inf")' if low else 'float("inf")'
+    if dtype == torch.bool:
+        return "0" if low else "1"
+    info = torch.iinfo(dtype)
+    return str(info.min if low else info.max)
 
 
 @dataclass
@@ -399,6 +373,8 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
             lines += _pointwise(stage, kernel, scope)
         elif isinstance(stage, Reduction):
             lines += _reduction(stage, kernel, scope)
+        elif isinstance(stage, Scan) and len(kernel.stages) == 1:
+            lines += _scan(stage, scope)
         else:
             raise Unsupported(f"{type(stage).__name__} stages have no Triton form yet")
         if stage.name in kernel.stored:
@@ -448,24 +424,19 @@ def _spread(kernel: Kernel) -> bool:
     )
 
 
+_ARG_KINDS = (ReduceKind.ARGMAX, ReduceKind.ARGMIN, ReduceKind.ARGMAX_LAST_NAN)
+
+
 def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
-    if stage.kind in (ReduceKind.ARGMAX, ReduceKind.ARGMIN):
+    if stage.kind in _ARG_KINDS:
         return _arg_reduction(stage, kernel, scope)
-    # max/min start from an infinity: float accumulators only, for now.
-    floats = (
-        stage.kind in (ReduceKind.SUM, ReduceKind.PROD)
-        or stage.acc_dtype.is_floating_point
-    )
-    if stage.sizes != kernel.outer or stage.kind not in _IDENTITY or not floats:
+    identity = _identity(stage.kind, stage.acc_dtype)
+    if stage.sizes != kernel.outer or identity is None:
         raise Unsupported(f"a {stage.kind.value} reduction of this shape or dtype")
     n = math.prod(stage.reduce_sizes)
     block = min(BLOCK, _pow2(n))
     acc = f"{stage.name}_acc"
-    # 16-bit floats accumulate in float32, as the C++ target computes them
-    acc_type = (
-        "tl.float32" if stage.acc_dtype in HALF_TYPES else TL_TYPES[stage.acc_dtype]
-    )
-    identity = _IDENTITY[stage.kind]
+    acc_type = _carried(stage.acc_dtype)
     body, value = _reduced_block(stage, scope, block)
     term = f"tl.where(mask, ({value}).to({acc_type}), {identity})"
     if stage.kind is ReduceKind.SUM:
@@ -490,17 +461,70 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     elif stage.kind is ReduceKind.PROD:
         lines.append(f"    {result} = tl.reduce({acc}, 0, ember_mul)")
     else:
-        # tl.max/min skip NaN; torch's amax/amin propagate it.
         fold = "max" if stage.kind is ReduceKind.MAX else "min"
-        lines += [
-            f"    {result} = tl.{fold}({acc}, 0)",
-            f"    {result} = tl.where(tl.sum(({acc} != {acc}).to(tl.int32), 0) > 0, "
-            f'float("nan"), {result})',
-        ]
+        lines.append(f"    {result} = tl.{fold}({acc}, 0)")
+        if stage.acc_dtype.is_floating_point:
+            # tl.max/min skip NaN; torch's amax/amin propagate it.
+            lines.append(
+                f"    {result} = tl.where(tl.sum(({acc} != {acc}).to(tl.int32), 0)"
+                f' > 0, float("nan"), {result})'
+            )
     if stage.dtype in HALF_TYPES:
         # eager rounds a 16-bit reduction's result; a later stage reads that
         lines.append(f"    {result} = {_narrow(result, stage.dtype)}.to(tl.float32)")
     return lines + _store_result(stage, kernel, scope, result)
+
+
+# Scans by kind: Triton's scan of a block, and how the fold so far combines
+# with it.
+_SCANS = {ReduceKind.SUM: ("tl.cumsum", "+"), ReduceKind.PROD: ("tl.cumprod", "*")}
+
+
+def _scan(stage: Scan, scope: _Scope) -> list[str]:
+    """One program per position of the dims not scanned (see ``grid``): it
+    walks the scanned dim in blocks, scans each block in ``acc_dtype`` and
+    adds the fold of the blocks before it (its ``carry``). The order of the
+    additions differs from torch's one by one loop; in float64 (float32's
+    cumsum accumulates there, as in torch) that is far below float32's
+    rounding."""
+    if stage.kind not in _SCANS or stage.dtype in HALF_TYPES:
+        raise Unsupported(f"a cum{stage.kind.value} of this kind or dtype")
+    scan, combine = _SCANS[stage.kind]
+    sizes, dim = stage.sizes, stage.dim
+    others = [d for d in range(len(sizes)) if d != dim]
+    n = sizes[dim]
+    block = min(BLOCK, _pow2(n))
+    acc_type = TL_TYPES[stage.acc_dtype]
+    lines = [
+        f"    # {stage.name} = cum{stage.kind.value} of {describe_origin(stage.origin)}"
+    ]
+    for k, d in enumerate(others):
+        inner = math.prod(sizes[o] for o in others[k + 1 :])
+        code = "pid" if inner == 1 else f"pid // {inner}"
+        lines.append(f"    i{d} = {code if k == 0 else f'({code}) % {sizes[d]}'}")
+    carry, identity = f"{stage.name}_carry", _identity(stage.kind, stage.acc_dtype)
+    lines.append(f"    {carry} = tl.full([1], {identity}, {acc_type})")
+    body = _Body(scope, "        ", block, frozenset({f"i{dim}"}))
+    body.lines += [
+        f"        i{dim} = start + tl.arange(0, {block}).to(tl.int64)",
+        f"        mask = i{dim} < {n}",
+    ]
+    value = body.value(stage.expr, "mask")
+    out = Load(stage.name, _vars(sizes, "i"), stage.dtype)
+    offset = body.offset(stage.name, out.index, "mask")
+    body.lines += [
+        f"        v = tl.where(mask, ({value}).to({acc_type}), {identity})",
+        f"        folded = {carry} {combine} {scan}(v, 0)",
+        f"        tl.store(p_{stage.name} + {_group(offset)}, "
+        f"{_narrow('folded', stage.dtype)}, mask=mask)",
+        f"        {carry} = {carry} {combine} "
+        + (
+            "tl.sum(v, 0)"
+            if stage.kind is ReduceKind.SUM
+            else "tl.reduce(v, 0, ember_mul)"
+        ),
+    ]
+    return [*lines, f"    for start in range(0, {n}, {block}):", *body.lines]
 
 
 def checks_indices(kernel: Kernel) -> bool:
@@ -537,41 +561,50 @@ def _arg_reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]
     """argmax/argmin: each lane keeps its best value and the flat position of
     its first occurrence (blocks come in order, so a later equal value never
     takes over), NaN beating any number as in torch; then the program takes
-    the lanes holding the best value (any NaN first) and the least position."""
-    if stage.sizes != kernel.outer or stage.acc_dtype not in (
-        torch.float32,
-        torch.float64,
-        torch.int64,
-        torch.int32,
-    ):
-        raise Unsupported(f"a {stage.kind.value} reduction of this shape or dtype")
+    the lanes holding the best value and the least position. With NaNs the
+    first NaN wins, and for pooling's indices (ARGMAX_LAST_NAN) the last: a
+    lane's later NaN takes over, and the program takes the greatest
+    position among its NaN lanes."""
+    if stage.sizes != kernel.outer:
+        raise Unsupported(f"a {stage.kind.value} reduction of this shape")
     n = math.prod(stage.reduce_sizes)
     block = min(BLOCK, _pow2(n))
-    better = ">" if stage.kind is ReduceKind.ARGMAX else "<"
-    if stage.acc_dtype.is_floating_point:
-        worst = 'float("-inf")' if better == ">" else 'float("inf")'
-    else:
-        info = torch.iinfo(stage.acc_dtype)
-        worst = str(info.min if better == ">" else info.max)
-    acc_type = TL_TYPES[stage.acc_dtype]
+    better = "<" if stage.kind is ReduceKind.ARGMIN else ">"
+    last_nan = stage.kind is ReduceKind.ARGMAX_LAST_NAN
+    # the value no element beats: a lane holding it holds no position
+    fold = ReduceKind.MIN if better == "<" else ReduceKind.MAX
+    worst = _identity(fold, stage.acc_dtype)
+    # bools compare as 0 and 1
+    acc_type = (
+        "tl.int32" if stage.acc_dtype == torch.bool else _carried(stage.acc_dtype)
+    )
     val, pos, result = f"{stage.name}_best", f"{stage.name}_at", f"{stage.name}_val"
     body, value = _reduced_block(stage, scope, block)
+    nan_takes = "(v != v)" if last_nan else f"((v != v) & ({val} == {val}))"
     body.lines += [
         f"        v = tl.where(mask, ({value}).to({acc_type}), {worst})",
-        f"        take = mask & ((v {better} {val}) | ((v != v) & ({val} == {val})))",
+        f"        take = mask & ((v {better} {val}) | {nan_takes})",
         f"        {val} = tl.where(take, v, {val})",
         f"        {pos} = tl.where(take, flat, {pos})",
     ]
-    return [
+    held = f"({pos} < {n})"
+    lines = [
         f"    # {stage.name} = {stage.kind.value} of {describe_origin(stage.origin)}",
         f"    {val} = tl.full([{block}], {worst}, {acc_type})",
         f"    {pos} = tl.full([{block}], {n}, tl.int64)",
         f"    for start in range(0, {n}, {block}):",
         *body.lines,
-        f"    nan = {val} != {val}",
+        f"    nan = ({val} != {val}) & {held}",
         f"    top = tl.{'max' if better == '>' else 'min'}({val}, 0)",
-        f"    best = tl.where(tl.sum(nan.to(tl.int32), 0) > 0, nan, {val} == top)",
-        f"    {result} = tl.min(tl.where(best & ({pos} < {n}), {pos}, {n}), 0)",
+        f"    {result} = tl.min(tl.where(({val} == top) & {held}, {pos}, {n}), 0)",
+    ]
+    if last_nan:
+        lines.append(f"    at_nan = tl.max(tl.where(nan, {pos}, -1), 0)")
+    else:
+        lines.append(f"    at_nan = tl.min(tl.where(nan, {pos}, {n}), 0)")
+    return [
+        *lines,
+        f"    {result} = tl.where(tl.sum(nan.to(tl.int32), 0) > 0, at_nan, {result})",
         f"    {result} = tl.where({result} == {n}, 0, {result})",
         *_store_result(stage, kernel, scope, result),
     ]
@@ -599,8 +632,11 @@ def _pow2(n: int) -> int:
 
 
 def grid(kernel: Kernel) -> int:
-    """Programs to launch: one per element of the outer loops, or one per
-    block of a lone pointwise stage without them."""
+    """Programs to launch: one per element of the outer loops, one per
+    block of a lone pointwise stage without them, or one per row of a scan."""
+    first = kernel.stages[0]
+    if isinstance(first, Scan):
+        return math.prod(first.sizes) // max(first.sizes[first.dim], 1)
     if _spread(kernel):
         n = math.prod(kernel.stages[0].sizes)
         block = min(BLOCK, _pow2(n))
