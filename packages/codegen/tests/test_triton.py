@@ -220,12 +220,32 @@ CASES = {
         ),
         lambda: (_randn(4, 9) * 50, _randn(4, 9)),
     ),
+    "scatters with repeated targets, in torch's order": (
+        lambda x, i, s: (
+            aten.scatter_add.default(aten.mul.Tensor(x, 2), 1, i, aten.exp.default(s)),
+            aten.scatter_reduce.two(x, 1, i, s, "amax", include_self=False),
+            aten.scatter_reduce.two(x, 1, i, s, "prod"),
+            aten.index_put.default(
+                x,
+                [aten.select.int(i, 0, 0)],
+                aten.expand.default(
+                    aten.unsqueeze.default(aten.select.int(s, 0, 0), 1), [5, 8]
+                ),
+                True,
+            ),
+        ),
+        lambda: (
+            _randn(3, 8),
+            torch.randint(0, 3, (3, 5), device=DEVICE),
+            _nan_rows(3, 5),
+        ),
+    ),
 }
 
 # Not rendered yet: the graph runs through torch, and still matches eager.
 THROUGH_TORCH = {
-    "scatter_add (a scatter)": (
-        lambda x, i, s: (aten.scatter_add.default(x, 1, i, s),),
+    "scatter_reduce with mean": (
+        lambda x, i, s: (aten.scatter_reduce.two(x, 1, i, s, "mean"),),
         lambda: (
             _randn(3, 8),
             torch.randint(0, 8, (3, 4), device=DEVICE),

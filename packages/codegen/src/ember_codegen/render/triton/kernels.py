@@ -6,11 +6,12 @@ elements in blocks of at most ``BLOCK`` lanes, masked at the tail: a pointwise
 stage stores its block, a reduction folds its blocks into one accumulator of
 ``BLOCK`` lanes and then into the program's value (the looped form; a
 reduction that fits one block runs its loop once, the persistent form).
-A scan gets one program per row. Scalar ops map onto ``triton.language``;
-those without a core function are helpers in ``preamble.py``, as libdevice
-is not there under Triton's interpreter. What this target does not render yet
-(scatters, ``pow`` of two tensors) raises ``Unsupported``, and the graph then
-runs through torch.
+A scan gets one program per row, a scatter one program walking its source
+in order. Scalar ops map onto ``triton.language``; those without a core
+function are helpers in ``preamble.py``, as libdevice is not there under
+Triton's interpreter. What this target does not render yet (a scatter's mean,
+``pow`` of two tensors) raises ``Unsupported``, and the graph then runs
+through torch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ...ir.nodes import (
     ReduceKind,
     Reduction,
     Scan,
+    Scatter,
     describe_origin,
     exprs,
     loads,
@@ -375,6 +377,8 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
             lines += _reduction(stage, kernel, scope)
         elif isinstance(stage, Scan) and len(kernel.stages) == 1:
             lines += _scan(stage, scope)
+        elif isinstance(stage, Scatter) and len(kernel.stages) == 1:
+            lines += _scatter(stage, kernel, scope)
         else:
             raise Unsupported(f"{type(stage).__name__} stages have no Triton form yet")
         if stage.name in kernel.stored:
@@ -475,6 +479,8 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     return lines + _store_result(stage, kernel, scope, result)
 
 
+_NEG_ZERO = 'float("-0.0")'
+
 # Scans by kind: Triton's scan of a block, and how the fold so far combines
 # with it.
 _SCANS = {ReduceKind.SUM: ("tl.cumsum", "+"), ReduceKind.PROD: ("tl.cumprod", "*")}
@@ -482,11 +488,13 @@ _SCANS = {ReduceKind.SUM: ("tl.cumsum", "+"), ReduceKind.PROD: ("tl.cumprod", "*
 
 def _scan(stage: Scan, scope: _Scope) -> list[str]:
     """One program per position of the dims not scanned (see ``grid``): it
-    walks the scanned dim in blocks, scans each block in ``acc_dtype`` and
-    adds the fold of the blocks before it (its ``carry``). The order of the
-    additions differs from torch's one by one loop; in float64 (float32's
-    cumsum accumulates there, as in torch) that is far below float32's
-    rounding."""
+    walks the scanned dim in blocks, folds the blocks before (its ``carry``,
+    the previous block's last value) into a block's first lane and scans the
+    block in ``acc_dtype``, so the fold runs in torch's order across blocks
+    (an inf carried into a block of products that underflow stays inf). A
+    GPU's scan of a block associates differently from torch's loop, far below
+    float32's rounding in float64 (float32's cumsum accumulates there, as in
+    torch)."""
     if stage.kind not in _SCANS or stage.dtype in HALF_TYPES:
         raise Unsupported(f"a cum{stage.kind.value} of this kind or dtype")
     scan, combine = _SCANS[stage.kind]
@@ -514,17 +522,71 @@ def _scan(stage: Scan, scope: _Scope) -> list[str]:
     offset = body.offset(stage.name, out.index, "mask")
     body.lines += [
         f"        v = tl.where(mask, ({value}).to({acc_type}), {identity})",
-        f"        folded = {carry} {combine} {scan}(v, 0)",
+        f"        v = tl.where(i{dim} == start, {carry} {combine} v, v)",
+        f"        folded = {scan}(v, 0)",
         f"        tl.store(p_{stage.name} + {_group(offset)}, "
         f"{_narrow('folded', stage.dtype)}, mask=mask)",
-        f"        {carry} = {carry} {combine} "
-        + (
-            "tl.sum(v, 0)"
-            if stage.kind is ReduceKind.SUM
-            else "tl.reduce(v, 0, ember_mul)"
-        ),
+        # the last lane's value, exactly: -0.0 leaves any value as it is
+        f"        last = tl.minimum({n} - start, {block}) - 1 + start",
+        f"        {carry} = tl.sum(tl.where(i{dim} == last, folded, {_NEG_ZERO}), 0)",
     ]
     return [*lines, f"    for start in range(0, {n}, {block}):", *body.lines]
+
+
+# How a scatter combines an element with a value, by kind (None: overwrite).
+_COMBINE = {
+    None: "{1}",
+    ReduceKind.SUM: "({0} + {1})",
+    ReduceKind.PROD: "({0} * {1})",
+    ReduceKind.MAX: "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+    ReduceKind.MIN: "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+}
+
+
+def _scatter(stage: Scatter, kernel: Kernel, scope: _Scope) -> list[str]:
+    """One program: the output's ``init`` in blocks, then the source walked
+    one position at a time in order, each value combined into its target
+    (read, combined, stored, then a barrier), so repeated targets combine
+    exactly as torch's serial loop does. Correct first: on a GPU this is one
+    program walking the whole source."""
+    if stage.mean or stage.kind not in _COMBINE:
+        raise Unsupported("a scatter taking the mean")
+    name = stage.name
+    init = Pointwise(name, stage.sizes, stage.dtype, stage.init, stage.origin)
+    lines = _pointwise(init, kernel, scope)
+    lines.append("    tl.debug_barrier()  # the source's writes follow the init")
+    n = math.prod(stage.src_sizes)
+    lanes = frozenset(f"r{d}" for d in range(len(stage.src_sizes)))
+
+    def source_loop(value: bool) -> list[str]:
+        body = _Body(scope, "        ", 1, lanes)
+        body.lines += [
+            "        flat = start + tl.arange(0, 1).to(tl.int64)",
+            f"        mask = flat < {n}",
+        ]
+        body.lines += ["        " + x for x in _split("r", 0, stage.src_sizes, "flat")]
+        offset = _group(body.offset(name, stage.target, "mask"))
+        if value:
+            v = body.value(stage.value, "mask")
+            old = f"tl.load(p_{name} + {offset}, mask=mask, other=0)"
+            if stage.dtype in HALF_TYPES:
+                old = f"{old}.to(tl.float32)"
+            new = _COMBINE[stage.kind].format(old, v)
+        else:  # every targeted element starts from the kind's identity
+            start = _identity(stage.kind, stage.dtype)
+            new = f"tl.full([1], {start}, {_carried(stage.dtype)})"
+        body.lines += [
+            f"        tl.store(p_{name} + {offset}, {_narrow(new, stage.dtype)}, "
+            "mask=mask)",
+            "        tl.debug_barrier()",
+        ]
+        return [f"    for start in range(0, {n}):", *body.lines]
+
+    kind = f"scatter_{stage.kind.value}" if stage.kind else "scatter"
+    lines.append(f"    # {name} = {kind} of {describe_origin(stage.origin)}")
+    if not stage.include_self:
+        lines += source_loop(False)
+    return lines + source_loop(True)
 
 
 def checks_indices(kernel: Kernel) -> bool:
