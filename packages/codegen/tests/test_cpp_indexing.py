@@ -1,7 +1,7 @@
 """Indirect indexing on the C++ target (gather, index_select, embedding, advanced
 indexing) against eager torch: negative indices, int32 and int64 index tensors,
 broadcast index tensors, non-contiguous sources, out-of-range indices, and the
-scatter-style backward ops aotgrad emits for them (test_cpp_scatter.py has the
+scatter-style backward ops aotgrad emits for them (test_scatter.py has the
 scatter family itself)."""
 
 import math
