@@ -82,7 +82,7 @@ TRITON = "triton==3.9.0"
 @nox.session
 def triton(session: nox.Session) -> None:
     """The Triton target under Triton's interpreter: codegen's Triton cases,
-    the lowering and scatter tests on the Triton target, then the umbrella's
+    the lowering, scatter and update tests on the Triton target, then the umbrella's
     demo block and training step."""
     install(session, *ALL_PACKAGES)
     session.install(TRITON)
@@ -91,6 +91,7 @@ def triton(session: nox.Session) -> None:
         ["codegen/tests/test_triton.py"],
         ["codegen/tests/test_lowerings.py", "-k", "triton"],
         ["codegen/tests/test_scatter.py", "-k", "triton"],
+        ["codegen/tests/test_updates.py", "-k", "triton"],
         ["ember/tests/test_triton_target.py"],
     ):
         path, *selection = tests

@@ -217,6 +217,7 @@ CASES = {
         lambda x, y: (
             aten.atan2.default(aten.asinh.default(x), y),
             aten.log1p.default(aten.abs.default(y)),
+            aten.pow.Tensor_Tensor(aten.abs.default(x), y),
         ),
         lambda: (_randn(4, 9) * 50, _randn(4, 9)),
     ),

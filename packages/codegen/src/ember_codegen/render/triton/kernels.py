@@ -10,7 +10,7 @@ A scan gets one program per row, a scatter one program walking its source
 in order. Scalar ops map onto ``triton.language``; those without a core
 function are helpers in ``preamble.py``, as libdevice is not there under
 Triton's interpreter. What this target does not render yet (a scatter's mean,
-``pow`` of two tensors) raises ``Unsupported``, and the graph then runs
+``pow`` of float64 values) raises ``Unsupported``, and the graph then runs
 through torch.
 """
 
@@ -88,13 +88,15 @@ SCALAR_OPS: dict[str, str] = {
     "log1p": "ember_log1p({0})",
     "expm1": "ember_expm1({0})",
     "atan2": "ember_atan2({0}, {1})",
+    "pow": "ember_pow({0}, {1})",
     "erf": "tl.erf({0})",
     "floor": "tl.floor({0})",
     # torch's sign: 1, -1 or 0 (0 for NaN, and True for a true bool)
     "sign": "tl.where({0} > 0, 1, tl.where({0} < 0, -1, 0)).to({T})",
     "ceil": "tl.ceil({0})",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
-    "fma": "({0} * {1} + {2})",
+    # one rounding, as the multiply-adds of torch's CPU kernels
+    "fma": "tl.fma({0}, {1}, {2})",
     "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "clamp_min": "tl.where({0} < {1}, {1}, {0})",
@@ -180,6 +182,11 @@ class _Body:
 
     def _code(self, e: Expr, mask: str) -> str:
         if isinstance(e, Const):
+            if e.dtype == torch.float32 or e.dtype in HALF_TYPES:
+                # a float32 block of one: a Python float is a double, and
+                # arithmetic between two constants would run in double where
+                # torch rounds the scalar to float32 and computes there
+                return f"tl.full([1], {_literal(e)}, tl.float32)"
             return _literal(e)
         if isinstance(e, IndexValue):
             code = self.index(e.index, mask)
@@ -210,15 +217,18 @@ class _Body:
             return f"tl.where({cond} != 0, {a}, {b})"
         if e.op in ("signbit", "round"):
             return self._by_operand_dtype(e, mask)
+        if e.op == "pow" and e.dtype == torch.float64:
+            # exp(b log a) in float64 is hundreds of ulps off for large powers
+            raise Unsupported("pow of float64 values has no Triton form yet")
         template = SCALAR_OPS.get(e.op)
         if template is None:
             raise Unsupported(f"the scalar op {e.op.value!r} has no Triton form yet")
         args = [self.value(a, mask) for a in e.args]
         if e.op == "cast":
             (source,) = e.args
-            if isinstance(source, Const):  # a Python number has no .to()
+            if isinstance(source, Const):  # a block of the lanes, in its type
                 made = _carried(source.dtype)
-                args = [f"tl.full([{self.lanes}], {args[0]}, {made})"]
+                args = [f"tl.full([{self.lanes}], {_literal(source)}, {made})"]
             if source.dtype in HALF_TYPES and not isinstance(source, Load):
                 # an arithmetic result of a 16-bit type is rounded to it first
                 args = [f"{_narrow(args[0], source.dtype)}.to(tl.float32)"]

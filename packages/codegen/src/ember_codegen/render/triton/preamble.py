@@ -256,4 +256,23 @@ def ember_remainder(a, b):
     # moved by one divisor when it is nonzero and its sign differs from b's
     m = a % b
     return tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+
+
+@triton.jit
+def ember_pow(a, b):
+    # C's pow of float32 values, in float64: |a|^b = exp(b log|a|) (within
+    # 1e-14 of it: one rounding to float32 gives the correctly rounded result
+    # but for near-ties), the sign from an odd integer b, NaN for a finite
+    # negative a and a non-integer b, and C's cases where that formula gives
+    # NaN: pow(x, 0) = 1 and pow(1, y) = 1 for any x, y, pow(-1, +-inf) = 1.
+    ad = a.to(tl.float64)
+    bd = b.to(tl.float64)
+    x = tl.abs(ad)
+    r = tl.exp(bd * tl.log(x))
+    whole = bd == tl.floor(bd)
+    odd = whole & (0.5 * bd != tl.floor(0.5 * bd))
+    r = ember_sign_of(tl.where(odd, ad, 1.0), r)
+    r = tl.where((ad < 0) & (x != float("inf")) & (bd == bd) & ~whole, float("nan"), r)
+    one = (bd == 0) | (ad == 1) | ((x == 1) & (tl.abs(bd) == float("inf")))
+    return tl.where(one, 1.0, r).to(a.dtype)
 """
