@@ -287,6 +287,49 @@ def test_what_is_not_rendered_yet_runs_through_torch(name, tmp_path):
     check(compiled, fn, *inputs)
 
 
+LONG_REDUCTIONS = {
+    "sum": (lambda x: (aten.sum.default(x),), lambda: (_randn(100_003),)),
+    "amax with a NaN": (
+        lambda x: (aten.amax.default(x),),
+        lambda: (aten.index_fill.int_Scalar(_randn(50_000), 0, _at(4097), NAN),),
+    ),
+    "min of integers": (
+        lambda i: (aten.amin.default(i),),
+        lambda: (torch.randint(-9, 9, (40_000,), device=DEVICE),),
+    ),
+    "sums of 3 long rows": (
+        lambda y: (aten.sum.dim_IntList(y, [1]),),
+        lambda: (_randn(3, 20_000),),
+    ),
+    "squared norm of bfloat16": (
+        lambda h: (aten.sum.default(aten.mul.Tensor(h, h), dtype=torch.float32),),
+        lambda: (_randn(30_000, dtype=torch.bfloat16),),
+    ),
+}
+
+
+def _at(i):
+    return torch.tensor([i], device=DEVICE)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("name", list(LONG_REDUCTIONS))
+def test_a_long_reduction_with_few_rows_runs_in_two_stages(name, tmp_path):
+    """Each row's blocks are shared among programs (``kernelN_parts``), whose
+    partial values one program per row folds (``kernelN_final``)."""
+    fn, make = LONG_REDUCTIONS[name]
+    inputs = make()
+    compiled = _compile(fn, inputs, tmp_path)
+    assert compiled.target == "triton" and compiled.fallback_ops == ()
+    assert "def kernel0_parts(" in compiled.cpp_source
+    assert "def kernel0_final(" in compiled.cpp_source
+    # another order of float32 additions than eager's over 10^4-10^5 values
+    check(compiled, fn, *inputs, rtol=1e-5, atol=1e-4)
+    check(compiled, fn, *make(), rtol=1e-5, atol=1e-4)
+
+
 def test_an_index_out_of_range_raises_torchs_error(tmp_path):
     def fn(x, i):
         return (aten.mul.Tensor(aten.index_select.default(x, 0, i), 2),)

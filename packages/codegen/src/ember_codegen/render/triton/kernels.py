@@ -40,8 +40,7 @@ from ...ir.nodes import (
     walk,
 )
 from ...scheduling.fusion import Kernel
-from .. import KERNEL_BREAKS, Unsupported
-from .preamble import PREAMBLE
+from .. import Unsupported
 
 # Lanes of one block: a stage's inner elements are walked this many at a time.
 BLOCK = 1024
@@ -130,7 +129,7 @@ SCALAR_OPS: dict[str, str] = {
 }
 
 
-def _identity(kind: ReduceKind, dtype: torch.dtype) -> str | None:
+def identity_of(kind: ReduceKind, dtype: torch.dtype) -> str | None:
     """The value a ``kind`` fold of ``dtype`` starts from (None: no such fold
     here); integer max and min start from the type's ends, bools' from 0/1."""
     if kind is ReduceKind.SUM:
@@ -149,7 +148,7 @@ def _identity(kind: ReduceKind, dtype: torch.dtype) -> str | None:
 
 
 @dataclass
-class _Scope:
+class Scope:
     """One kernel's names: buffer strides, the program's reduction values."""
 
     strides: dict[str, tuple[int, ...]]
@@ -161,7 +160,7 @@ class _Body:
     """The statements of one stage's block, each subexpression named once per
     mask (the same load under another mask is another statement)."""
 
-    scope: _Scope
+    scope: Scope
     indent: str
     lanes: int  # the block's width
     vectors: frozenset[str]  # the loop variables that differ lane by lane
@@ -227,7 +226,7 @@ class _Body:
         if e.op == "cast":
             (source,) = e.args
             if isinstance(source, Const):  # a block of the lanes, in its type
-                made = _carried(source.dtype)
+                made = carried(source.dtype)
                 args = [f"tl.full([{self.lanes}], {_literal(source)}, {made})"]
             if source.dtype in HALF_TYPES and not isinstance(source, Load):
                 # an arithmetic result of a 16-bit type is rounded to it first
@@ -235,7 +234,7 @@ class _Body:
             if e.dtype in HALF_TYPES:
                 # rounded to the 16-bit type, computed on in float32 (as loaded)
                 return f"{_narrow(args[0], e.dtype)}.to(tl.float32)"
-        return template.format(*args, T=_carried(e.dtype))
+        return template.format(*args, T=carried(e.dtype))
 
     def _by_operand_dtype(self, e: Call, mask: str) -> str:
         """Ops whose Triton form depends on their operand's dtype."""
@@ -303,7 +302,7 @@ class _Body:
         return " + ".join(parts) or "0"
 
 
-def _carried(dtype: torch.dtype) -> str:
+def carried(dtype: torch.dtype) -> str:
     """The Triton type a value of ``dtype`` is computed in: its own, float32
     for the 16-bit floats (rounded to them only when stored or cast)."""
     return "tl.float32" if dtype in HALF_TYPES else TL_TYPES[dtype]
@@ -346,7 +345,7 @@ def _literal(c: Const) -> str:
     return str(c.value)
 
 
-def _split(var_prefix: str, start: int, sizes: tuple[int, ...], flat: str) -> list:
+def split_vars(var_prefix: str, start: int, sizes: tuple[int, ...], flat: str) -> list:
     """Statements naming each dim's variable from a flat position below the
     product of ``sizes``."""
     lines = []
@@ -362,7 +361,7 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     """The ``@triton.jit`` function of one kernel; Unsupported if it has a
     stage or op this renderer does not handle."""
     outer = kernel.outer
-    scope = _Scope(dict(strides))
+    scope = Scope(dict(strides))
     # A pointer parameter is its buffer's name behind a prefix, so that no
     # buffer name (an input called "mask", "tl", ...) meets a name of the body.
     params = [f"p_{n}" for n in kernel.reads if n not in kernel.stored]
@@ -376,7 +375,7 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         # int64 index math: offsets of large buffers overflow int32
         "    pid = tl.program_id(0).to(tl.int64)",
     ]
-    lines += ["    " + s for s in _split("i", 0, outer, "pid")]
+    lines += ["    " + s for s in split_vars("i", 0, outer, "pid")]
     written: set[str] = set()
     for stage in kernel.stages:
         if any(ld.name in written for e in exprs(stage) for ld in loads(e)):
@@ -396,14 +395,14 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pointwise(stage: Pointwise, kernel: Kernel, scope: _Scope) -> list[str]:
+def _pointwise(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]:
     if stage.name not in kernel.stored:
         raise Unsupported("a pointwise stage kept in registers")
     if stage.sizes[: len(kernel.outer)] != kernel.outer:
         raise Unsupported("a pointwise stage outside its kernel's outer loops")
     inner = stage.sizes[len(kernel.outer) :]
     n = math.prod(inner)
-    block = min(BLOCK, _pow2(n))
+    block = min(BLOCK, pow2(n))
     first = len(kernel.outer)
     lanes = frozenset(f"i{d}" for d in range(first, len(stage.sizes)))
     body = _Body(scope, "        ", block, lanes)
@@ -411,7 +410,7 @@ def _pointwise(stage: Pointwise, kernel: Kernel, scope: _Scope) -> list[str]:
         f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
         f"        mask = flat < {n}",
     ]
-    body.lines += ["        " + s for s in _split("i", first, inner, "flat")]
+    body.lines += ["        " + s for s in split_vars("i", first, inner, "flat")]
     value = body.value(stage.expr, "mask")
     out = Load(stage.name, _vars(stage.sizes, "i"), stage.dtype)
     offset = body.offset(stage.name, out.index, "mask")
@@ -441,16 +440,34 @@ def _spread(kernel: Kernel) -> bool:
 _ARG_KINDS = (ReduceKind.ARGMAX, ReduceKind.ARGMIN, ReduceKind.ARGMAX_LAST_NAN)
 
 
-def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
+def _reduction(stage: Reduction, kernel: Kernel, scope: Scope) -> list[str]:
     if stage.kind in _ARG_KINDS:
         return _arg_reduction(stage, kernel, scope)
-    identity = _identity(stage.kind, stage.acc_dtype)
-    if stage.sizes != kernel.outer or identity is None:
+    if stage.sizes != kernel.outer or identity_of(stage.kind, stage.acc_dtype) is None:
         raise Unsupported(f"a {stage.kind.value} reduction of this shape or dtype")
     n = math.prod(stage.reduce_sizes)
-    block = min(BLOCK, _pow2(n))
-    acc = f"{stage.name}_acc"
-    acc_type = _carried(stage.acc_dtype)
+    block = min(BLOCK, pow2(n))
+    loop = [f"    for start in range(0, {n}, {block}):"]
+    lines, acc = accumulate(stage, scope, block, loop)
+    result = f"{stage.name}_val"
+    what = describe_origin(stage.origin)
+    return [
+        f"    # {stage.name} = {stage.kind.value} of {what}",
+        *lines,
+        *fold(stage, acc, result),
+        *rounded(stage, result),
+        *store_result(stage, kernel, scope, result),
+    ]
+
+
+def accumulate(
+    stage: Reduction, scope: Scope, block: int, loop: list[str]
+) -> tuple[list[str], str]:
+    """The lines that fold a sum, product, max or min reduction's blocks into
+    an accumulator of ``block`` lanes, and its name; ``loop`` opens the loop
+    over the blocks (its lines bind ``start``, a block's first position)."""
+    identity = identity_of(stage.kind, stage.acc_dtype)
+    acc, acc_type = f"{stage.name}_acc", carried(stage.acc_dtype)
     body, value = _reduced_block(stage, scope, block)
     term = f"tl.where(mask, ({value}).to({acc_type}), {identity})"
     if stage.kind is ReduceKind.SUM:
@@ -458,35 +475,36 @@ def _reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
     elif stage.kind is ReduceKind.PROD:
         body.lines.append(f"        {acc} = {acc} * {term}")
     else:
-        fold = "maximum" if stage.kind is ReduceKind.MAX else "minimum"
+        combine = "maximum" if stage.kind is ReduceKind.MAX else "minimum"
         body.lines.append(
-            f"        {acc} = tl.{fold}({acc}, {term}, "
+            f"        {acc} = tl.{combine}({acc}, {term}, "
             "propagate_nan=tl.PropagateNan.ALL)"
         )
-    result = f"{stage.name}_val"
-    lines = [
-        f"    # {stage.name} = {stage.kind.value} of {describe_origin(stage.origin)}",
-        f"    {acc} = tl.full([{block}], {identity}, {acc_type})",
-        f"    for start in range(0, {n}, {block}):",
-        *body.lines,
-    ]
+    init = f"    {acc} = tl.full([{block}], {identity}, {acc_type})"
+    return [init, *loop, *body.lines], acc
+
+
+def fold(stage: Reduction, acc: str, result: str) -> list[str]:
+    """``result = `` the fold of the block ``acc`` for ``stage``'s kind."""
     if stage.kind is ReduceKind.SUM:
-        lines.append(f"    {result} = tl.sum({acc}, 0)")
-    elif stage.kind is ReduceKind.PROD:
-        lines.append(f"    {result} = tl.reduce({acc}, 0, ember_mul)")
-    else:
-        fold = "max" if stage.kind is ReduceKind.MAX else "min"
-        lines.append(f"    {result} = tl.{fold}({acc}, 0)")
-        if stage.acc_dtype.is_floating_point:
-            # tl.max/min skip NaN; torch's amax/amin propagate it.
-            lines.append(
-                f"    {result} = tl.where(tl.sum(({acc} != {acc}).to(tl.int32), 0)"
-                f' > 0, float("nan"), {result})'
-            )
-    if stage.dtype in HALF_TYPES:
-        # eager rounds a 16-bit reduction's result; a later stage reads that
-        lines.append(f"    {result} = {_narrow(result, stage.dtype)}.to(tl.float32)")
-    return lines + _store_result(stage, kernel, scope, result)
+        return [f"    {result} = tl.sum({acc}, 0)"]
+    if stage.kind is ReduceKind.PROD:
+        return [f"    {result} = tl.reduce({acc}, 0, ember_mul)"]
+    lines = [f"    {result} = tl.{stage.kind.value}({acc}, 0)"]
+    if stage.acc_dtype.is_floating_point:
+        # tl.max/min skip NaN; torch's amax/amin propagate it.
+        lines.append(
+            f"    {result} = tl.where(tl.sum(({acc} != {acc}).to(tl.int32), 0)"
+            f' > 0, float("nan"), {result})'
+        )
+    return lines
+
+
+def rounded(stage: Reduction, result: str) -> list[str]:
+    """Eager rounds a 16-bit reduction's result; a later stage reads that."""
+    if stage.dtype not in HALF_TYPES:
+        return []
+    return [f"    {result} = {_narrow(result, stage.dtype)}.to(tl.float32)"]
 
 
 _NEG_ZERO = 'float("-0.0")'
@@ -496,7 +514,7 @@ _NEG_ZERO = 'float("-0.0")'
 _SCANS = {ReduceKind.SUM: ("tl.cumsum", "+"), ReduceKind.PROD: ("tl.cumprod", "*")}
 
 
-def _scan(stage: Scan, scope: _Scope) -> list[str]:
+def _scan(stage: Scan, scope: Scope) -> list[str]:
     """One program per position of the dims not scanned (see ``grid``): it
     walks the scanned dim in blocks, folds the blocks before (its ``carry``,
     the previous block's last value) into a block's first lane and scans the
@@ -511,7 +529,7 @@ def _scan(stage: Scan, scope: _Scope) -> list[str]:
     sizes, dim = stage.sizes, stage.dim
     others = [d for d in range(len(sizes)) if d != dim]
     n = sizes[dim]
-    block = min(BLOCK, _pow2(n))
+    block = min(BLOCK, pow2(n))
     acc_type = TL_TYPES[stage.acc_dtype]
     lines = [
         f"    # {stage.name} = cum{stage.kind.value} of {describe_origin(stage.origin)}"
@@ -520,7 +538,7 @@ def _scan(stage: Scan, scope: _Scope) -> list[str]:
         inner = math.prod(sizes[o] for o in others[k + 1 :])
         code = "pid" if inner == 1 else f"pid // {inner}"
         lines.append(f"    i{d} = {code if k == 0 else f'({code}) % {sizes[d]}'}")
-    carry, identity = f"{stage.name}_carry", _identity(stage.kind, stage.acc_dtype)
+    carry, identity = f"{stage.name}_carry", identity_of(stage.kind, stage.acc_dtype)
     lines.append(f"    {carry} = tl.full([1], {identity}, {acc_type})")
     body = _Body(scope, "        ", block, frozenset({f"i{dim}"}))
     body.lines += [
@@ -553,7 +571,7 @@ _COMBINE = {
 }
 
 
-def _scatter(stage: Scatter, kernel: Kernel, scope: _Scope) -> list[str]:
+def _scatter(stage: Scatter, kernel: Kernel, scope: Scope) -> list[str]:
     """One program: the output's ``init`` in blocks, then the source walked
     one position at a time in order, each value combined into its target
     (read, combined, stored, then a barrier), so repeated targets combine
@@ -574,7 +592,9 @@ def _scatter(stage: Scatter, kernel: Kernel, scope: _Scope) -> list[str]:
             "        flat = start + tl.arange(0, 1).to(tl.int64)",
             f"        mask = flat < {n}",
         ]
-        body.lines += ["        " + x for x in _split("r", 0, stage.src_sizes, "flat")]
+        body.lines += [
+            "        " + x for x in split_vars("r", 0, stage.src_sizes, "flat")
+        ]
         offset = _group(body.offset(name, stage.target, "mask"))
         if value:
             v = body.value(stage.value, "mask")
@@ -583,8 +603,8 @@ def _scatter(stage: Scatter, kernel: Kernel, scope: _Scope) -> list[str]:
                 old = f"{old}.to(tl.float32)"
             new = _COMBINE[stage.kind].format(old, v)
         else:  # every targeted element starts from the kind's identity
-            start = _identity(stage.kind, stage.dtype)
-            new = f"tl.full([1], {start}, {_carried(stage.dtype)})"
+            start = identity_of(stage.kind, stage.dtype)
+            new = f"tl.full([1], {start}, {carried(stage.dtype)})"
         body.lines += [
             f"        tl.store(p_{name} + {offset}, {_narrow(new, stage.dtype)}, "
             "mask=mask)",
@@ -614,7 +634,7 @@ def _vars(sizes: tuple[int, ...], prefix: str) -> tuple[Index, ...]:
     return tuple(var(f"{prefix}{d}", size) for d, size in enumerate(sizes))
 
 
-def _reduced_block(stage: Reduction, scope: _Scope, block: int) -> tuple[_Body, str]:
+def _reduced_block(stage: Reduction, scope: Scope, block: int) -> tuple[_Body, str]:
     """The statements of one block of a reduction's loop (its flat positions,
     the mask of the tail, each reduced dim's variable) and the code of the
     value each lane reduces."""
@@ -625,11 +645,13 @@ def _reduced_block(stage: Reduction, scope: _Scope, block: int) -> tuple[_Body, 
         f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
         f"        mask = flat < {n}",
     ]
-    body.lines += ["        " + s for s in _split("r", 0, stage.reduce_sizes, "flat")]
+    body.lines += [
+        "        " + s for s in split_vars("r", 0, stage.reduce_sizes, "flat")
+    ]
     return body, body.value(stage.expr, "mask")
 
 
-def _arg_reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]:
+def _arg_reduction(stage: Reduction, kernel: Kernel, scope: Scope) -> list[str]:
     """argmax/argmin: each lane keeps its best value and the flat position of
     its first occurrence (blocks come in order, so a later equal value never
     takes over), NaN beating any number as in torch; then the program takes
@@ -640,16 +662,14 @@ def _arg_reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]
     if stage.sizes != kernel.outer:
         raise Unsupported(f"a {stage.kind.value} reduction of this shape")
     n = math.prod(stage.reduce_sizes)
-    block = min(BLOCK, _pow2(n))
+    block = min(BLOCK, pow2(n))
     better = "<" if stage.kind is ReduceKind.ARGMIN else ">"
     last_nan = stage.kind is ReduceKind.ARGMAX_LAST_NAN
     # the value no element beats: a lane holding it holds no position
     fold = ReduceKind.MIN if better == "<" else ReduceKind.MAX
-    worst = _identity(fold, stage.acc_dtype)
+    worst = identity_of(fold, stage.acc_dtype)
     # bools compare as 0 and 1
-    acc_type = (
-        "tl.int32" if stage.acc_dtype == torch.bool else _carried(stage.acc_dtype)
-    )
+    acc_type = "tl.int32" if stage.acc_dtype == torch.bool else carried(stage.acc_dtype)
     val, pos, result = f"{stage.name}_best", f"{stage.name}_at", f"{stage.name}_val"
     body, value = _reduced_block(stage, scope, block)
     nan_takes = "(v != v)" if last_nan else f"((v != v) & ({val} == {val}))"
@@ -678,12 +698,12 @@ def _arg_reduction(stage: Reduction, kernel: Kernel, scope: _Scope) -> list[str]
         *lines,
         f"    {result} = tl.where(tl.sum(nan.to(tl.int32), 0) > 0, at_nan, {result})",
         f"    {result} = tl.where({result} == {n}, 0, {result})",
-        *_store_result(stage, kernel, scope, result),
+        *store_result(stage, kernel, scope, result),
     ]
 
 
-def _store_result(
-    stage: Reduction, kernel: Kernel, scope: _Scope, result: str
+def store_result(
+    stage: Reduction, kernel: Kernel, scope: Scope, result: str
 ) -> list[str]:
     """The program's value of ``stage`` made readable by later stages, and
     stored when the kernel stores it."""
@@ -699,7 +719,7 @@ def _store_result(
     ]
 
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
@@ -711,16 +731,6 @@ def grid(kernel: Kernel) -> int:
         return math.prod(first.sizes) // max(first.sizes[first.dim], 1)
     if _spread(kernel):
         n = math.prod(kernel.stages[0].sizes)
-        block = min(BLOCK, _pow2(n))
+        block = min(BLOCK, pow2(n))
         return -(-n // block)
     return math.prod(kernel.outer)
-
-
-KERNEL_BREAK = KERNEL_BREAKS["triton"]
-
-
-def emit_source(kernels: list[Kernel], strides, title: str) -> str:
-    """The module holding every kernel of a graph, preamble first."""
-    parts = [f"# {title}\n{PREAMBLE}"]
-    parts += [emit_kernel(k, strides) for k in kernels]
-    return f"\n{KERNEL_BREAK}\n".join(parts)

@@ -6,6 +6,7 @@ operand's dtype: within about one float32 ulp of torch, and a few float64 ulps
 (measured on edge values and random ones over many ranges)."""
 
 PREAMBLE = """\
+import torch
 import triton
 import triton.language as tl
 

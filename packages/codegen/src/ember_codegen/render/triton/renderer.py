@@ -1,6 +1,7 @@
 """The Triton target behind the renderer interface: the kernels' module
-(``kernels.emit_source``) and the loop wrapper, which launches each kernel on
-its grid with the buffers' tensors."""
+(``emit_source``: the preamble, then each kernel, from kernels.py or in its
+two-stage form from split.py) and the loop wrapper, which launches each
+kernel on its grid with the buffers' tensors."""
 
 from __future__ import annotations
 
@@ -10,12 +11,28 @@ import os
 import torch
 
 from ...scheduling.fusion import Kernel
-from .. import Rendered, Scheduled
+from .. import KERNEL_BREAKS, Rendered, Scheduled
 from ..loop_wrapper import Launch, render_loops
-from .kernels import checks_indices, emit_source, grid
+from .kernels import checks_indices, emit_kernel, grid
+from .preamble import PREAMBLE
+from .split import emit_split, split_parts
+
+KERNEL_BREAK = KERNEL_BREAKS["triton"]
+
+
+def emit_source(kernels: list[Kernel], strides, title: str) -> str:
+    """The module holding every kernel of a graph, preamble first; a long
+    reduction with few rows in its two-stage form (split.py)."""
+    parts = [f"# {title}\n{PREAMBLE}"]
+    for k in kernels:
+        emit = emit_split if split_parts(k) > 1 else emit_kernel
+        parts.append(emit(k, strides))
+    return f"\n{KERNEL_BREAK}\n".join(parts)
 
 
 def _call(kernel: Kernel, args: list[str]) -> str:
+    if split_parts(kernel) > 1:  # its launcher sets up both launches
+        return f"{kernel.name}({', '.join(args)})"
     launch = f"{kernel.name}[({grid(kernel)},)]"
     if checks_indices(kernel):
         # launched with an out-of-range flag, which the call returns

@@ -1,0 +1,106 @@
+"""The two-stage form of a long reduction with few rows (a loss's sum, a
+gradient's norm): one program per row would walk all its blocks alone and
+leave the GPU idle. Instead ``kernelN_parts`` gives each row ``parts``
+programs, each folding a contiguous share of the blocks into a partial value,
+and ``kernelN_final`` folds a row's partials; ``kernelN``, plain Python in the
+module, allocates the partials and launches both."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...ir.nodes import HALF_TYPES, ReduceKind, Reduction, describe_origin
+from ...scheduling.fusion import Kernel
+from .kernels import (
+    BLOCK,
+    Scope,
+    accumulate,
+    checks_indices,
+    fold,
+    identity_of,
+    pow2,
+    rounded,
+    split_vars,
+    store_result,
+)
+
+# The heuristic: programs enough to fill a large GPU a couple of times over
+# (132 SMs on an H100 or H200), each folding at least MIN_BLOCKS blocks of
+# BLOCK lanes (fewer do not pay for the second launch), and at most MAX_PARTS
+# partials per row, which the final program folds in one block.
+TARGET_PROGRAMS = 256
+MIN_BLOCKS = 4
+MAX_PARTS = 128
+
+_FOLDS = (ReduceKind.SUM, ReduceKind.PROD, ReduceKind.MAX, ReduceKind.MIN)
+
+
+def split_parts(kernel: Kernel) -> int:
+    """Programs per row for ``kernel`` in the two-stage form; 1 for a kernel
+    that keeps one program per row (anything but a lone sum, product, max
+    or min reduction, one without index checks, long enough and with few
+    enough rows)."""
+    if len(kernel.stages) != 1 or checks_indices(kernel):
+        return 1
+    stage = kernel.stages[0]
+    if not isinstance(stage, Reduction) or stage.kind not in _FOLDS:
+        return 1
+    rows = math.prod(kernel.outer)
+    blocks = -(-math.prod(stage.reduce_sizes) // BLOCK)
+    if stage.sizes != kernel.outer or rows < 1:
+        return 1
+    parts = min(MAX_PARTS, blocks // MIN_BLOCKS, -(-TARGET_PROGRAMS // rows))
+    return parts if parts >= 2 else 1
+
+
+def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
+    """The two ``@triton.jit`` functions and the launcher of a kernel that
+    ``split_parts`` splits."""
+    (stage,) = kernel.stages
+    parts, rows = split_parts(kernel), math.prod(kernel.outer)
+    n = math.prod(stage.reduce_sizes)
+    blocks = -(-n // BLOCK)
+    chunk = -(-blocks // parts) * BLOCK  # whole blocks per part
+    name, what = kernel.name, describe_origin(stage.origin)
+    reads = [f"p_{r}" for r in kernel.reads if r not in kernel.stored]
+    loop = [f"    for k in range(0, {chunk}, {BLOCK}):", "        start = lo + k"]
+    lines, acc = accumulate(stage, Scope(dict(strides)), BLOCK, loop)
+    first = [
+        "@triton.jit",
+        f"def {name}_parts({', '.join([*reads, 'p_part'])}):",
+        f"    # {stage.name} = {stage.kind.value} of {what}: part of a row",
+        "    pid = tl.program_id(0).to(tl.int64)",
+        f"    row = pid // {parts}",
+        f"    lo = (pid % {parts}) * {chunk}",
+        *("    " + v for v in split_vars("i", 0, kernel.outer, "row")),
+        *lines,
+        *fold(stage, acc, "part"),
+        "    tl.store(p_part + pid, part)",
+    ]
+    result = f"{stage.name}_val"
+    width = pow2(parts)
+    second = [
+        "@triton.jit",
+        f"def {name}_final(p_part, p_{stage.name}):",
+        f"    # {stage.name} = {stage.kind.value} of {what}: a row's parts",
+        "    pid = tl.program_id(0).to(tl.int64)",
+        *("    " + v for v in split_vars("i", 0, kernel.outer, "pid")),
+        f"    k = tl.arange(0, {width})",
+        f"    {stage.name}_acc = tl.load(p_part + pid * {parts} + k, "
+        f"mask=k < {parts}, other={identity_of(stage.kind, stage.acc_dtype)})",
+        *fold(stage, f"{stage.name}_acc", result),
+        *rounded(stage, result),
+        *store_result(stage, kernel, Scope(dict(strides)), result),
+    ]
+    # 16-bit floats accumulate in float32, as in the one-program form
+    acc_dtype = torch.float32 if stage.acc_dtype in HALF_TYPES else stage.acc_dtype
+    launcher = [
+        f"def {name}(*args):",
+        f"    part = torch.empty({rows * parts}, dtype={acc_dtype}, "
+        "device=args[0].device)",
+        f"    {name}_parts[({rows * parts},)](*args[:-1], part)",
+        f"    {name}_final[({rows},)](part, args[-1])",
+    ]
+    return "\n".join([*first, "", "", *second, "", "", *launcher]) + "\n"
