@@ -330,6 +330,20 @@ def test_a_long_reduction_with_few_rows_runs_in_two_stages(name, tmp_path):
     check(compiled, fn, *make(), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("width, warps", [(64, 1), (300, 2), (1000, 4), (5000, 4)])
+def test_warps_follow_the_widest_block(width, warps, tmp_path):
+    """One warp per 256 lanes of a kernel's widest block (docs/codegen.md)."""
+
+    def fn(x):
+        return (aten._softmax.default(x, -1, False),)
+
+    x = _randn(3, width)
+    compiled = _compile(fn, [x], tmp_path)
+    launches = [ln for ln in compiled.wrapper_source.splitlines() if "kernel0[" in ln]
+    assert launches and all(f"num_warps={warps})" in ln for ln in launches)
+    check(compiled, fn, x)
+
+
 def test_an_index_out_of_range_raises_torchs_error(tmp_path):
     def fn(x, i):
         return (aten.mul.Tensor(aten.index_select.default(x, 0, i), 2),)

@@ -723,6 +723,32 @@ def pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def warps_for(lanes: int) -> int:
+    """The heuristic for a kernel's warps: one warp (32 threads) per 256 lanes
+    of its widest block, so each thread holds 8 lanes, from 1 to 8 warps (a
+    block of 64 lanes leaves no warp idle; 1024 lanes get Triton's default
+    of 4)."""
+    return min(8, max(1, pow2(lanes) // 256))
+
+
+def warps(kernel: Kernel) -> int:
+    """``warps_for`` the widest block of the kernel's stages."""
+    widest = max((_width(stage, kernel) for stage in kernel.stages), default=1)
+    return warps_for(min(BLOCK, widest))
+
+
+def _width(stage, kernel: Kernel) -> int:
+    """The elements a stage walks in blocks (a scatter: its initial values;
+    its source takes one lane at a time)."""
+    if isinstance(stage, Reduction):
+        return math.prod(stage.reduce_sizes)
+    if isinstance(stage, Scan):
+        return stage.sizes[stage.dim]
+    if isinstance(stage, Pointwise):
+        return math.prod(stage.sizes[len(kernel.outer) :])
+    return math.prod(stage.sizes)
+
+
 def grid(kernel: Kernel) -> int:
     """Programs to launch: one per element of the outer loops, one per
     block of a lone pointwise stage without them, or one per row of a scan."""

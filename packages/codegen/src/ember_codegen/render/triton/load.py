@@ -24,10 +24,11 @@ def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | N
     return {**kernels, "launch_checked": launch_checked}, None
 
 
-def launch_checked(launch: Callable, *args: torch.Tensor) -> bool:
-    """Runs a kernel that reads through index tensors with a flag of its own;
-    True when an index was out of range (the wrapper then runs the graph
-    through torch, which raises torch's error)."""
+def launch_checked(launch: Callable, *args: torch.Tensor, **options: int) -> bool:
+    """Runs a kernel that reads through index tensors with a flag of its own
+    (and Triton's launch ``options``); True when an index was out of range
+    (the wrapper then runs the graph through torch, which raises torch's
+    error)."""
     oob = torch.zeros(1, dtype=torch.int32, device=args[0].device)
-    launch(*args, oob)
+    launch(*args, oob, **options)
     return bool(oob.item())

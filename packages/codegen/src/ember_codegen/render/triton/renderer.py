@@ -13,7 +13,7 @@ import torch
 from ...scheduling.fusion import Kernel
 from .. import KERNEL_BREAKS, Rendered, Scheduled
 from ..loop_wrapper import Launch, render_loops
-from .kernels import checks_indices, emit_kernel, grid
+from .kernels import checks_indices, emit_kernel, grid, warps
 from .preamble import PREAMBLE
 from .split import emit_split, split_parts
 
@@ -34,10 +34,11 @@ def _call(kernel: Kernel, args: list[str]) -> str:
     if split_parts(kernel) > 1:  # its launcher sets up both launches
         return f"{kernel.name}({', '.join(args)})"
     launch = f"{kernel.name}[({grid(kernel)},)]"
+    options = f"num_warps={warps(kernel)}"
     if checks_indices(kernel):
         # launched with an out-of-range flag, which the call returns
-        return f"launch_checked({launch}, {', '.join(args)})"
-    return f"{launch}({', '.join(args)})"
+        return f"launch_checked({launch}, {', '.join(args)}, {options})"
+    return f"{launch}({', '.join(args)}, {options})"
 
 
 LAUNCH = Launch(

@@ -24,6 +24,7 @@ from .kernels import (
     rounded,
     split_vars,
     store_result,
+    warps_for,
 )
 
 # The heuristic: programs enough to fill a large GPU a couple of times over
@@ -100,7 +101,8 @@ def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         f"def {name}(*args):",
         f"    part = torch.empty({rows * parts}, dtype={acc_dtype}, "
         "device=args[0].device)",
-        f"    {name}_parts[({rows * parts},)](*args[:-1], part)",
-        f"    {name}_final[({rows},)](part, args[-1])",
+        f"    {name}_parts[({rows * parts},)](*args[:-1], part, "
+        f"num_warps={warps_for(BLOCK)})",
+        f"    {name}_final[({rows},)](part, args[-1], num_warps={warps_for(width)})",
     ]
     return "\n".join([*first, "", "", *second, "", "", *launcher]) + "\n"
