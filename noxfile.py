@@ -81,23 +81,30 @@ TRITON = "triton==3.9.0"
 
 @nox.session
 def triton(session: nox.Session) -> None:
-    """The Triton target under Triton's interpreter: codegen's Triton cases,
-    the lowering, scatter and update tests on the Triton target, then the umbrella's
-    demo block and training step."""
+    """The Triton target under Triton's interpreter: codegen's Triton cases and
+    the lowering, scatter and update tests on the Triton target, every kernel
+    they render then compiled for a GPU (tests/gpu_compile.py), and the
+    umbrella's demo block and training step."""
     install(session, *ALL_PACKAGES)
     session.install(TRITON)
-    interpret = {"TRITON_INTERPRET": "1"}
-    for tests in (
-        ["codegen/tests/test_triton.py"],
-        ["codegen/tests/test_lowerings.py", "-k", "triton"],
-        ["codegen/tests/test_scatter.py", "-k", "triton"],
-        ["codegen/tests/test_updates.py", "-k", "triton"],
-        ["ember/tests/test_triton_target.py"],
-    ):
-        path, *selection = tests
-        session.run(
-            "pytest", f"packages/{path}", *selection, *session.posargs, env=interpret
-        )
+    codegen = [
+        f"packages/codegen/tests/{name}.py"
+        for name in ("test_triton", "test_lowerings", "test_scatter", "test_updates")
+    ]
+    session.run(
+        "pytest",
+        *codegen,
+        "-k",
+        "triton",
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1", "EMBER_TRITON_GPU_COMPILE": "1"},
+    )
+    session.run(
+        "pytest",
+        "packages/ember/tests/test_triton_target.py",
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1"},
+    )
 
 
 @nox.session

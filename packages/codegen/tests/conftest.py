@@ -4,6 +4,7 @@ per-session temporary kernel cache."""
 import importlib.util
 import os
 
+import gpu_compile
 import pytest
 import torch
 import torch.fx
@@ -46,6 +47,19 @@ LOOP_TARGETS = ["cpp"] + (
 )
 
 
+# The Triton modules this session rendered, compiled for a GPU at its end
+# when EMBER_TRITON_GPU_COMPILE=1 (nox -s triton sets it; gpu_compile.py).
+TRITON_SOURCES: set[str] = set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def triton_modules_compile_for_a_gpu():
+    yield
+    if TRITON_SOURCES and os.environ.get("EMBER_TRITON_GPU_COMPILE") == "1":
+        bad = gpu_compile.failures(sorted(TRITON_SOURCES))
+        assert not bad, "kernels that do not compile for a GPU:\n" + "\n".join(bad)
+
+
 @pytest.fixture(params=LOOP_TARGETS)
 def loops(request, kernel_cache):
     """``loops(fn, *inputs)`` compiles ``fn``'s aten graph for each loop target
@@ -57,6 +71,8 @@ def loops(request, kernel_cache):
             aten_graph(fn), list(inputs), target=request.param, cache_dir=kernel_cache
         )
         assert compiled.target == request.param
+        if compiled.target == "triton":
+            TRITON_SOURCES.add(compiled.cpp_source)
         return compiled
 
     return build

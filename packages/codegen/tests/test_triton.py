@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from conftest import aten_graph, check, raises_like_torch
+from conftest import TRITON_SOURCES, aten_graph, check, raises_like_torch
 from test_cpp_pipeline import chain10
 
 from ember_codegen import compile_graph
@@ -257,9 +257,12 @@ THROUGH_TORCH = {
 
 
 def _compile(fn, inputs, tmp_path):
-    return compile_graph(
+    compiled = compile_graph(
         aten_graph(fn), list(inputs), target="triton", cache_dir=tmp_path
     )
+    if compiled.target == "triton":  # compiled for a GPU at the session's end
+        TRITON_SOURCES.add(compiled.cpp_source)
+    return compiled
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -181,11 +181,13 @@ class _Body:
 
     def _code(self, e: Expr, mask: str) -> str:
         if isinstance(e, Const):
-            if e.dtype == torch.float32 or e.dtype in HALF_TYPES:
-                # a float32 block of one: a Python float is a double, and
-                # arithmetic between two constants would run in double where
-                # torch rounds the scalar to float32 and computes there
-                return f"tl.full([1], {_literal(e)}, tl.float32)"
+            if e.dtype.is_floating_point:
+                # a block of one in its type: Triton folds arithmetic between
+                # Python floats in double, where torch rounds a float32
+                # scalar first, and takes a Python float passed to a
+                # function (tl.abs(0.3)) as float32, where a float64 one
+                # must stay double
+                return f"tl.full([1], {_literal(e)}, {carried(e.dtype)})"
             return _literal(e)
         if isinstance(e, IndexValue):
             code = self.index(e.index, mask)
@@ -357,6 +359,23 @@ def split_vars(var_prefix: str, start: int, sizes: tuple[int, ...], flat: str) -
     return lines
 
 
+def buffer_dtypes(kernel: Kernel) -> dict[str, torch.dtype]:
+    """The dtype of each buffer the kernel reads or stores."""
+    dtypes = {
+        ld.name: ld.dtype for st in kernel.stages for e in exprs(st) for ld in loads(e)
+    }
+    dtypes.update({st.name: st.dtype for st in kernel.stages})
+    return dtypes
+
+
+def typed(params: list[str], kernel: Kernel, **more: torch.dtype) -> str:
+    """The comment naming each pointer parameter's element type (a reader's
+    help, and what a check compiling the module for a GPU reads)."""
+    dtypes = {f"p_{name}": d for name, d in buffer_dtypes(kernel).items()}
+    dtypes.update({"p_oob": torch.int32, **more})
+    return ", ".join(f"{p}: {str(dtypes[p]).removeprefix('torch.')}" for p in params)
+
+
 def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     """The ``@triton.jit`` function of one kernel; Unsupported if it has a
     stage or op this renderer does not handle."""
@@ -372,6 +391,7 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         "@triton.jit",
         f"def {kernel.name}({', '.join(params)}):",
         f"    # {describe_origin(kernel.origin)}",
+        f"    # {typed(params, kernel)}",
         # int64 index math: offsets of large buffers overflow int32
         "    pid = tl.program_id(0).to(tl.int64)",
     ]
@@ -467,7 +487,7 @@ def accumulate(
     an accumulator of ``block`` lanes, and its name; ``loop`` opens the loop
     over the blocks (its lines bind ``start``, a block's first position)."""
     identity = identity_of(stage.kind, stage.acc_dtype)
-    acc, acc_type = f"{stage.name}_acc", carried(stage.acc_dtype)
+    acc, acc_type = f"{stage.name}_acc", _acc_type(stage.acc_dtype)
     body, value = _reduced_block(stage, scope, block)
     term = f"tl.where(mask, ({value}).to({acc_type}), {identity})"
     if stage.kind is ReduceKind.SUM:
@@ -482,6 +502,20 @@ def accumulate(
         )
     init = f"    {acc} = tl.full([{block}], {identity}, {acc_type})"
     return [init, *loop, *body.lines], acc
+
+
+def _acc_type(dtype: torch.dtype) -> str:
+    """The Triton type a reduction accumulates ``dtype`` in: bools as int32
+    (a compiled loop's variable keeps its type, and tl.maximum of int1
+    blocks gives int32), 16-bit floats as float32."""
+    return "tl.int32" if dtype == torch.bool else carried(dtype)
+
+
+def partial_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The torch dtype of a reduction's partial values (``_acc_type``)."""
+    if dtype == torch.bool:
+        return torch.int32
+    return torch.float32 if dtype in HALF_TYPES else dtype
 
 
 def fold(stage: Reduction, acc: str, result: str) -> list[str]:
@@ -539,6 +573,10 @@ def _scan(stage: Scan, scope: Scope) -> list[str]:
         code = "pid" if inner == 1 else f"pid // {inner}"
         lines.append(f"    i{d} = {code if k == 0 else f'({code}) % {sizes[d]}'}")
     carry, identity = f"{stage.name}_carry", identity_of(stage.kind, stage.acc_dtype)
+    # the next block's carry is the last lane's value, exactly, in a block of
+    # one of the accumulation type (a loop's variable keeps its type): the
+    # other lanes add -0.0, which leaves any float as it is (0 for integers)
+    zero = _NEG_ZERO if stage.acc_dtype.is_floating_point else "0"
     lines.append(f"    {carry} = tl.full([1], {identity}, {acc_type})")
     body = _Body(scope, "        ", block, frozenset({f"i{dim}"}))
     body.lines += [
@@ -554,9 +592,9 @@ def _scan(stage: Scan, scope: Scope) -> list[str]:
         f"        folded = {scan}(v, 0)",
         f"        tl.store(p_{stage.name} + {_group(offset)}, "
         f"{_narrow('folded', stage.dtype)}, mask=mask)",
-        # the last lane's value, exactly: -0.0 leaves any value as it is
         f"        last = tl.minimum({n} - start, {block}) - 1 + start",
-        f"        {carry} = tl.sum(tl.where(i{dim} == last, folded, {_NEG_ZERO}), 0)",
+        f"        {carry} = tl.full([1], {zero}, {acc_type}) + "
+        f"tl.sum(tl.where(i{dim} == last, folded, {zero}), 0)",
     ]
     return [*lines, f"    for start in range(0, {n}, {block}):", *body.lines]
 

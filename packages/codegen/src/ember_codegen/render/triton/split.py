@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 
-import torch
-
-from ...ir.nodes import HALF_TYPES, ReduceKind, Reduction, describe_origin
+from ...ir.nodes import ReduceKind, Reduction, describe_origin
 from ...scheduling.fusion import Kernel
 from .kernels import (
     BLOCK,
@@ -20,10 +18,12 @@ from .kernels import (
     checks_indices,
     fold,
     identity_of,
+    partial_dtype,
     pow2,
     rounded,
     split_vars,
     store_result,
+    typed,
     warps_for,
 )
 
@@ -68,10 +68,12 @@ def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     reads = [f"p_{r}" for r in kernel.reads if r not in kernel.stored]
     loop = [f"    for k in range(0, {chunk}, {BLOCK}):", "        start = lo + k"]
     lines, acc = accumulate(stage, Scope(dict(strides)), BLOCK, loop)
+    acc_dtype = partial_dtype(stage.acc_dtype)  # as the one-program form's
     first = [
         "@triton.jit",
         f"def {name}_parts({', '.join([*reads, 'p_part'])}):",
         f"    # {stage.name} = {stage.kind.value} of {what}: part of a row",
+        f"    # {typed([*reads, 'p_part'], kernel, p_part=acc_dtype)}",
         "    pid = tl.program_id(0).to(tl.int64)",
         f"    row = pid // {parts}",
         f"    lo = (pid % {parts}) * {chunk}",
@@ -86,6 +88,7 @@ def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         "@triton.jit",
         f"def {name}_final(p_part, p_{stage.name}):",
         f"    # {stage.name} = {stage.kind.value} of {what}: a row's parts",
+        f"    # {typed(['p_part', f'p_{stage.name}'], kernel, p_part=acc_dtype)}",
         "    pid = tl.program_id(0).to(tl.int64)",
         *("    " + v for v in split_vars("i", 0, kernel.outer, "pid")),
         f"    k = tl.arange(0, {width})",
@@ -95,8 +98,6 @@ def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         *rounded(stage, result),
         *store_result(stage, kernel, Scope(dict(strides)), result),
     ]
-    # 16-bit floats accumulate in float32, as in the one-program form
-    acc_dtype = torch.float32 if stage.acc_dtype in HALF_TYPES else stage.acc_dtype
     launcher = [
         f"def {name}(*args):",
         f"    part = torch.empty({rows * parts}, dtype={acc_dtype}, "
