@@ -4,6 +4,7 @@ or on the GPU with EMBER_TEST_DEVICE=cuda (benchmarks/gpu_check.py). Each case
 says whether its graph runs as Triton kernels or, for what the target does not
 render yet, through torch, and either way matches eager."""
 
+import json
 import os
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from conftest import TRITON_SOURCES, aten_graph, check, raises_like_torch
 from test_cpp_pipeline import chain10
 
-from ember_codegen import compile_graph
+from ember_codegen import CompiledGraph, compile_graph
 
 pytest.importorskip("triton")
 DEVICE = torch.device(os.environ.get("EMBER_TEST_DEVICE", "cpu"))
@@ -345,6 +346,50 @@ def test_warps_follow_the_widest_block(width, warps, tmp_path):
     launches = [ln for ln in compiled.wrapper_source.splitlines() if "kernel0[" in ln]
     assert launches and all(f"num_warps={warps})" in ln for ln in launches)
     check(compiled, fn, x)
+
+
+def test_autotune_keeps_each_kernels_fastest_warps_on_disk(tmp_path, monkeypatch):
+    """autotune=True: a kernel's first launch times a few warp counts on
+    copies of its arguments (an update in place is applied once, not once per
+    timing) and stores the winner; a graph loaded later launches with it
+    without timing again."""
+    from ember_codegen.render.triton import tuning
+
+    def step(p, g):
+        return (aten.add.Tensor(p, aten.mul.Scalar(g, 0.5)), aten.sum.default(g))
+
+    gm = aten_graph(step)
+    gm.meta["input_updates"] = ((0, 0),)
+    p, g = _randn(4, 300), _randn(4, 300)
+    want = step(p.clone(), g)
+    compiled = compile_graph(
+        gm, [p, g], target="triton", cache_dir=tmp_path, autotune=True
+    )
+    got = compiled(p, g)
+    assert got[0] is p  # updated in place, once
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+    stored = sorted((tmp_path / "tuning").glob("*.json"))
+    assert len(stored) == len(compiled.loops())
+    for path in stored:
+        assert json.loads(path.read_text())["num_warps"] in tuning.WARPS
+
+    def no_timing(*args):
+        raise AssertionError("timed again")
+
+    monkeypatch.setattr(tuning, "_median_seconds", no_timing)
+    loaded = CompiledGraph.from_bytes(compiled.to_bytes(), cache_dir=tmp_path)
+    assert loaded.autotune
+    p2 = p.clone()
+    torch.testing.assert_close(loaded(p2, g)[0], p + g * 0.5)
+
+
+def test_autotune_candidates_are_the_rules_count_halved_and_doubled():
+    from ember_codegen.render.triton.tuning import candidates
+
+    assert candidates(4) == (2, 4, 8)
+    assert candidates(1) == (1, 2)
+    assert candidates(8) == (4, 8)
 
 
 def test_an_index_out_of_range_raises_torchs_error(tmp_path):

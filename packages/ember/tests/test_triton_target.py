@@ -40,3 +40,22 @@ def test_training_step_gradients_match_eager():
     )
     log = compiled._compiled_forward.log
     assert sum("target 'triton'" in code for code in log.generated_code) >= 2
+
+
+def test_max_autotune_times_warps_once_and_keeps_the_winner(tmp_path):
+    """mode="max-autotune": each kernel's first launch times a few warp counts
+    and writes the winner beside the kernel cache; a new compile of the same
+    graph (a new process, or here another cache folder's twin) reads it."""
+    torch.manual_seed(0)
+    block = Block().eval()
+    options = {**OPTIONS, "cache_dir": tmp_path}
+    x = torch.randn(2, 8, 64)
+    with torch.no_grad():
+        tuned = ember.compile(block, mode="max-autotune", options=options)
+        torch.testing.assert_close(tuned(x), block(x))
+        winners = sorted((tmp_path / "kernels" / "tuning").glob("*.json"))
+        assert winners  # one per Triton kernel launched
+        ember.reset()
+        again = ember.compile(block, mode="max-autotune", options=options)
+        torch.testing.assert_close(again(x), block(x))
+    assert sorted((tmp_path / "kernels" / "tuning").glob("*.json")) == winners

@@ -50,6 +50,7 @@ def compile_graph(
     check_inputs: bool = True,
     templates: Templates | None = None,
     build: bool = True,
+    autotune: bool = False,
 ) -> CompiledGraph | None:
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
 
@@ -73,6 +74,10 @@ def compile_graph(
     ``templates`` (what that gives the compile of each size) lets sizes whose
     C++ differs only in literals share one library (render/cpp/literals.py);
     ``build=False`` only shows it this graph's C++ and returns None.
+
+    ``autotune=True`` (ember's ``mode="max-autotune"``): each Triton kernel's
+    first launch times a few warp counts and keeps the fastest in
+    ``cache_dir`` (render/triton/tuning.py); the C++ target ignores it.
     """
     if target == "auto":
         target = _auto_target(example_inputs)
@@ -86,7 +91,11 @@ def compile_graph(
         )
     if has_symbolic_sizes(gm):
         # Kernels take sizes as constants: one compile per set of sizes.
-        settings = {"target": target, "check_inputs": check_inputs}
+        settings = {
+            "target": target,
+            "check_inputs": check_inputs,
+            "autotune": autotune,
+        }
         compile_one = per_size_compiler(settings, cache_dir, signer, Templates())
         probe = functools.partial(compile_one, build=False)
         return PerSizeGraph(gm, example_inputs, compile_one, settings, probe)
@@ -142,6 +151,7 @@ def compile_graph(
             locations,
             signer,
             lifted,
+            autotune,
         )
 
     if not lifted:
@@ -216,6 +226,7 @@ def per_size_compiler(
             check_inputs=settings["check_inputs"],
             templates=templates,
             build=build,
+            autotune=settings.get("autotune", False),
         )
 
     return compile_one

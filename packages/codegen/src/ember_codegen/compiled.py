@@ -28,7 +28,7 @@ from .wrapper_globals import WRAPPER_GLOBALS, WRAPPER_HELPERS
 
 log = logging.getLogger("ember.output_code")
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
@@ -82,6 +82,9 @@ class CompiledGraph:
     # reads at run time from a library other sizes share
     # (render/cpp/literals.py); none: built as is.
     lifted: tuple[int, ...] = ()
+    # Triton kernels launched with the fastest of a few warp counts, timed at
+    # their first launch and kept in ``cache_dir`` (render/triton/tuning.py).
+    autotune: bool = False
     library_path: Path | None = field(init=False, default=None)
     _call: Callable = field(init=False, repr=False)
     _namespace: dict = field(init=False, repr=False)  # what the wrapper names
@@ -180,6 +183,7 @@ class CompiledGraph:
                 "torch_source": self.torch_source,
                 "locations": list(self.locations),
                 "lifted": list(self.lifted),
+                "autotune": self.autotune,
             },
             buffer,
         )
@@ -229,4 +233,5 @@ class CompiledGraph:
             tuple(dict.fromkeys(new.get(loc, loc) for loc in state["locations"])),
             signer,
             tuple(state["lifted"]),
+            state["autotune"],
         )

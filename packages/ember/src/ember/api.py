@@ -8,6 +8,7 @@ and caches the entry behind its guards.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import types
 import weakref
@@ -56,6 +57,8 @@ def compile(
         raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
     if mode not in _MODES:
         raise ValueError(f"unknown mode {mode!r}; valid modes: {_MODES}")
+    if mode == "max-autotune":
+        config = dataclasses.replace(config, autotune=True)
     log = CompileLog()
     resolve_backend(backend, config, log)  # an unknown name fails here, not later
     # How a copy (deepcopy, pickle) of what this call compiles compiles its own.

@@ -147,6 +147,7 @@ def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
                         signer=trust,
                         # The guards already checked these inputs' metadata.
                         check_inputs=not guarded,
+                        autotune=config.autotune,
                     )
             except ember_codegen.CodegenError as e:
                 message = (
@@ -219,6 +220,7 @@ class _CachedAotBackend:
         return {
             "backend": self.name,
             "codegen_target": self.config.codegen_target,
+            "autotune": str(self.config.autotune),
             "guarded": str(self.guarded),
             "decompositions": ",".join(ember_aotgrad.decomposition_changes()),
         }

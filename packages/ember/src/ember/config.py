@@ -36,6 +36,9 @@ class Config:
     cache_key_file: Path | None = None
     # codegen target for the "ember" backend: "auto" or one ember_codegen.TARGETS key.
     codegen_target: str = "auto"
+    # Triton kernels time a few launch configurations at their first launch
+    # and keep the fastest on disk (mode="max-autotune" sets it).
+    autotune: bool = False
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None = None) -> Config:

@@ -17,10 +17,23 @@ if TYPE_CHECKING:
 
 
 def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | None]:
-    """The loop kernels of ``compiled`` by name (no file: the module is text)."""
+    """The loop kernels of ``compiled`` by name (no file: the module is text);
+    with ``autotune``, each jitted one launched with the fastest warp count
+    found for it (tuning.py; a long reduction's two-stage launcher is not
+    tuned)."""
     namespace = run_source(compiled.cpp_source, {}, "triton")
     names = [info.name for info in compiled.kernels if info.kind == "loop"]
     kernels = {name: namespace[name] for name in names}
+    if compiled.autotune:
+        from .tuning import Tuned
+
+        folder = compiled.cache_dir / "tuning" if compiled.cache_dir else None
+        kernels = {
+            name: Tuned(fn, compiled.kernel_source(name), folder)
+            if hasattr(fn, "__getitem__")
+            else fn
+            for name, fn in kernels.items()
+        }
     return {**kernels, "launch_checked": launch_checked}, None
 
 
