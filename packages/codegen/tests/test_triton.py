@@ -392,6 +392,27 @@ def test_autotune_candidates_are_the_rules_count_halved_and_doubled():
     assert candidates(8) == (4, 8)
 
 
+def test_a_lone_pointwise_stage_spreads_its_blocks_over_rows(tmp_path):
+    """Rows of 64 share blocks of 1024 lanes: 63 programs for 1000 rows, not
+    1000 programs with 960 idle lanes each (a transposed read too)."""
+
+    def fn(x):
+        return (aten.gelu.default(x),)
+
+    x = _randn(1000, 64)
+    compiled = _compile(fn, [x], tmp_path)
+    assert "kernel0[(63,)](" in compiled.wrapper_source
+    check(compiled, fn, x)
+
+    def transposed(x):
+        return (aten.add.Tensor(x, aten.t.default(x)),)
+
+    square = _randn(100, 100)
+    compiled = _compile(transposed, [square], tmp_path)
+    assert "kernel0[(10,)](" in compiled.wrapper_source
+    check(compiled, transposed, square)
+
+
 def test_an_index_out_of_range_raises_torchs_error(tmp_path):
     def fn(x, i):
         return (aten.mul.Tensor(aten.index_select.default(x, 0, i), 2),)

@@ -395,7 +395,8 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         # int64 index math: offsets of large buffers overflow int32
         "    pid = tl.program_id(0).to(tl.int64)",
     ]
-    lines += ["    " + s for s in split_vars("i", 0, outer, "pid")]
+    if not _spread(kernel):  # a spread kernel's block names every dim
+        lines += ["    " + s for s in split_vars("i", 0, outer, "pid")]
     written: set[str] = set()
     for stage in kernel.stages:
         if any(ld.name in written for e in exprs(stage) for ld in loads(e)):
@@ -420,10 +421,11 @@ def _pointwise(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]:
         raise Unsupported("a pointwise stage kept in registers")
     if stage.sizes[: len(kernel.outer)] != kernel.outer:
         raise Unsupported("a pointwise stage outside its kernel's outer loops")
-    inner = stage.sizes[len(kernel.outer) :]
+    spread = _spread(kernel)
+    first = 0 if spread else len(kernel.outer)  # the dims a block walks
+    inner = stage.sizes[first:]
     n = math.prod(inner)
     block = min(BLOCK, pow2(n))
-    first = len(kernel.outer)
     lanes = frozenset(f"i{d}" for d in range(first, len(stage.sizes)))
     body = _Body(scope, "        ", block, lanes)
     body.lines += [
@@ -441,20 +443,21 @@ def _pointwise(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]:
         f"{_narrow(value, stage.dtype)}, mask=mask)"
     )
     head = f"    # {stage.name} = {describe_origin(stage.origin)}"
-    if _spread(kernel):
+    if spread:
         # one block per program (see ``grid``)
         return [head, f"    start = pid * {block}", *(ln[4:] for ln in body.lines)]
     return [head, f"    for start in range(0, {n}, {block}):", *body.lines]
 
 
 def _spread(kernel: Kernel) -> bool:
-    """Whether the kernel is one pointwise stage with no outer loops, whose
-    blocks then go one to a program instead of all to one program."""
-    return (
-        not kernel.outer
-        and len(kernel.stages) == 1
-        and (isinstance(kernel.stages[0], Pointwise))
-    )
+    """Whether the kernel is one pointwise stage, whose elements then go in
+    blocks over all its dims, one block to a program: rows shorter than a
+    block share one (rows of 64 would leave most of a program's lanes idle),
+    and a long row is walked by many programs instead of one. It reads only
+    what other kernels wrote, so any split of its elements is safe; a kernel
+    of several stages keeps one program per outer element, as a stage reads
+    what an earlier one stored for the same outer element."""
+    return len(kernel.stages) == 1 and isinstance(kernel.stages[0], Pointwise)
 
 
 _ARG_KINDS = (ReduceKind.ARGMAX, ReduceKind.ARGMIN, ReduceKind.ARGMAX_LAST_NAN)
@@ -782,7 +785,7 @@ def _width(stage, kernel: Kernel) -> int:
         return math.prod(stage.reduce_sizes)
     if isinstance(stage, Scan):
         return stage.sizes[stage.dim]
-    if isinstance(stage, Pointwise):
+    if isinstance(stage, Pointwise) and not _spread(kernel):
         return math.prod(stage.sizes[len(kernel.outer) :])
     return math.prod(stage.sizes)
 
