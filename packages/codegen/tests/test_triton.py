@@ -384,6 +384,29 @@ def test_autotune_keeps_each_kernels_fastest_warps_on_disk(tmp_path, monkeypatch
     torch.testing.assert_close(loaded(p2, g)[0], p + g * 0.5)
 
 
+def test_autotune_times_on_copies_with_the_arguments_layout(tmp_path):
+    """A strided input keeps its strides (written into the kernel) in the
+    copies timed; a broadcast one its overlaps; a stored count that is not a
+    warp count is ignored."""
+    from ember_codegen.render.triton import tuning
+
+    def fn(x, b):
+        return (aten.add.Tensor(aten.mul.Tensor(x, 2.0), b),)
+
+    x = _randn(64, 128)[:, ::2]
+    b = _randn(64, 1).expand(64, 64)
+    compiled = compile_graph(
+        aten_graph(fn), [x, b], target="triton", cache_dir=str(tmp_path), autotune=True
+    )
+    check(compiled, fn, x, b)
+    copy = tuning._copy(b)
+    assert copy.stride() == b.stride() and torch.equal(copy, b)
+    assert copy.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+    for text in ('{"num_warps": 4.0}', '{"num_warps": true}', '{"num_warps": 3}'):
+        (tmp_path / "bad.json").write_text(text)
+        assert tuning._read(tmp_path, "bad") is None
+
+
 def test_autotune_candidates_are_the_rules_count_halved_and_doubled():
     from ember_codegen.render.triton.tuning import candidates
 

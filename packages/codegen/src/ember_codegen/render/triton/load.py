@@ -27,7 +27,7 @@ def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | N
     if compiled.autotune:
         from .tuning import Tuned
 
-        folder = compiled.cache_dir / "tuning" if compiled.cache_dir else None
+        folder = Path(compiled.cache_dir) / "tuning" if compiled.cache_dir else None
         kernels = {
             name: Tuned(fn, compiled.kernel_source(name), folder)
             if hasattr(fn, "__getitem__")

@@ -67,7 +67,7 @@ class Tuned:
     def _tune(self, grid: tuple, args: tuple, rule: int) -> int:
         """Times each candidate on copies of the arguments (a kernel may
         update one in place: timing must not repeat that on the real one)."""
-        copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        copies = [_copy(a) if isinstance(a, torch.Tensor) else a for a in args]
         device = next(a.device for a in copies if isinstance(a, torch.Tensor))
         times = {}
         for warps in candidates(rule):
@@ -82,6 +82,15 @@ class Tuned:
             ", ".join(f"{w} warps {t * 1e6:.1f} us" for w, t in times.items()),
         )
         return best
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in storage of its own, with its exact layout (offset, strides,
+    overlaps): the kernel's index math has them written in."""
+    copy = torch.empty(0, dtype=t.dtype, device=t.device)
+    return copy.set_(
+        t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride()
+    )
 
 
 def _median_seconds(run: Callable[[], None], device: torch.device) -> float:
@@ -106,7 +115,7 @@ def _read(folder: Path | None, key: str) -> int | None:
         warps = json.loads((folder / f"{key}.json").read_text())["num_warps"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return warps if warps in WARPS else None
+    return warps if type(warps) is int and warps in WARPS else None
 
 
 def _write(folder: Path | None, key: str, warps: int) -> None:
