@@ -1061,3 +1061,25 @@ def test_slice_backward_added_over_rows_of_six(loops, rows):
 
     a, b = torch.randn(1, 1, 5, 5, 6), torch.randn(1, 1, 5, 2, 6)
     check(loops(fn, a, b), fn, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_add_and_sub_round_a_python_number_first(loops, dtype):
+    """torch's add, sub, rsub and pow take a Python number operand (and
+    alpha) of a 16-bit tensor rounded to its dtype; mul and div keep it a
+    float. Bit for bit, each op on its own."""
+    ops = [
+        lambda x: (aten.add.Tensor(x, 0.1),),
+        lambda x: (aten.sub.Tensor(x, 0.1),),
+        lambda x: (aten.rsub.Scalar(x, 0.1, alpha=3),),
+        lambda x: (aten.add.Tensor(x, 257),),
+        lambda x: (aten.add.Tensor(x, x, alpha=0.1),),
+        lambda x: (aten.pow.Tensor_Scalar(aten.abs.default(x), 0.1),),
+        lambda x: (aten.mul.Tensor(x, 0.1),),
+        lambda x: (aten.div.Tensor(x, 0.1),),
+    ]
+    x = (torch.randn(4096) * 3).to(dtype)
+    for fn in ops:
+        compiled = loops(fn, x)
+        assert lowered(compiled)
+        assert torch.equal(compiled(x)[0], fn(x)[0])
