@@ -82,14 +82,22 @@ TRITON = "triton==3.9.0"
 @nox.session
 def triton(session: nox.Session) -> None:
     """The Triton target under Triton's interpreter: codegen's Triton cases and
-    the lowering, scatter and update tests on the Triton target, every kernel
+    the lowering, scatter, update, indexing and layout tests on the Triton
+    target, every kernel
     they render then compiled for a GPU (tests/gpu_compile.py), and the
     umbrella's demo block and training step."""
     install(session, *ALL_PACKAGES)
     session.install(TRITON)
     codegen = [
         f"packages/codegen/tests/{name}.py"
-        for name in ("test_triton", "test_lowerings", "test_scatter", "test_updates")
+        for name in (
+            "test_triton",
+            "test_lowerings",
+            "test_scatter",
+            "test_updates",
+            "test_indexing",
+            "test_layouts",
+        )
     ]
     session.run(
         "pytest",

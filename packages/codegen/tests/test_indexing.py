@@ -1,4 +1,4 @@
-"""Indirect indexing on the C++ target (gather, index_select, embedding, advanced
+"""Indirect indexing on both loop targets (gather, index_select, embedding, advanced
 indexing) against eager torch: negative indices, int32 and int64 index tensors,
 broadcast index tensors, non-contiguous sources, out-of-range indices, and the
 scatter-style backward ops aotgrad emits for them (test_scatter.py has the
@@ -22,7 +22,7 @@ def source(*shape):
 
 
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
-def test_index_select_and_embedding(cpp, dtype):
+def test_index_select_and_embedding(loops, dtype):
     def fn(x, idx, scalar, w, tokens):
         return (
             aten.index_select.default(x, 0, idx),
@@ -36,7 +36,7 @@ def test_index_select_and_embedding(cpp, dtype):
     idx = torch.tensor([4, 0, 0, 2], dtype=dtype)
     scalar = torch.tensor(3, dtype=dtype)
     tokens = torch.randint(0, 7, (2, 3), dtype=dtype)
-    compiled = cpp(fn, x, idx, scalar, w, tokens)
+    compiled = loops(fn, x, idx, scalar, w, tokens)
     check(compiled, fn, x, idx, scalar, w, tokens)
     assert compiled.fallback_ops == ()
     for bad in (torch.tensor([0, 5, 1, 1], dtype=dtype), idx - 5):
@@ -45,7 +45,7 @@ def test_index_select_and_embedding(cpp, dtype):
 
 
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
-def test_gather_on_contiguous_and_transposed_sources(cpp, dtype):
+def test_gather_on_contiguous_and_transposed_sources(loops, dtype):
     def fn(x, idx, rows):
         return (
             aten.gather.default(x, 1, idx),
@@ -56,7 +56,7 @@ def test_gather_on_contiguous_and_transposed_sources(cpp, dtype):
     x = source(6, 5)
     idx = torch.randint(0, 5, (6, 3), dtype=dtype)
     rows = torch.randint(0, 6, (2, 5), dtype=dtype)
-    compiled = cpp(fn, x, idx, rows)
+    compiled = loops(fn, x, idx, rows)
     check(compiled, fn, x, idx, rows)
     assert compiled.fallback_ops == ()
     bad = idx.clone()
@@ -67,7 +67,7 @@ def test_gather_on_contiguous_and_transposed_sources(cpp, dtype):
 
 
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
-def test_advanced_indexing_with_negative_and_broadcast_indices(cpp, dtype):
+def test_advanced_indexing_with_negative_and_broadcast_indices(loops, dtype):
     def fn(x, i, j, k):
         return (
             aten.index.Tensor(x, [i]),
@@ -81,13 +81,13 @@ def test_advanced_indexing_with_negative_and_broadcast_indices(cpp, dtype):
     i = torch.tensor([[-4], [3], [-1]], dtype=dtype)  # (3, 1)
     j = torch.tensor([0, -5, 4, 2], dtype=dtype)  # (4,)
     k = torch.tensor([-6, 5, 0, 1], dtype=dtype)
-    compiled = cpp(fn, x, i, j, k)
+    compiled = loops(fn, x, i, j, k)
     check(compiled, fn, x, i, j, k)
     assert compiled.fallback_ops == ()
     raises_like_torch(compiled, fn, x, i, j, k - 1)  # -7 is out of range
 
 
-def test_zero_d_and_empty_index_tensors(cpp):
+def test_zero_d_and_empty_index_tensors(loops):
     def fn(x, s, e):
         return (
             aten.index.Tensor(x, [s, None]),
@@ -97,10 +97,10 @@ def test_zero_d_and_empty_index_tensors(cpp):
         )
 
     x, s, e = source(3, 4), torch.tensor(-2), torch.zeros(0, dtype=torch.int64)
-    check(cpp(fn, x, s, e), fn, x, s, e)
+    check(loops(fn, x, s, e), fn, x, s, e)
 
 
-def test_computed_indices_fuse_into_the_reading_loop(cpp):
+def test_computed_indices_fuse_into_the_reading_loop(loops):
     def fn(w, tokens, x):
         # sort runs through torch: a fallback between two loops
         shifted = aten.sort.default(aten.add.Tensor(tokens, 3), 1)[0]
@@ -112,7 +112,7 @@ def test_computed_indices_fuse_into_the_reading_loop(cpp):
 
     w, x = source(8, 8), source(7, 8)
     tokens = torch.randint(0, 7, (3, 5))
-    compiled = cpp(fn, w, tokens, x)
+    compiled = loops(fn, w, tokens, x)
     check(compiled, fn, w, tokens, x)
     # The index math (-2), embedding and the sum are one loop; index and cat
     # (through a view of the index tensor) are another.
@@ -128,7 +128,7 @@ def test_computed_indices_fuse_into_the_reading_loop(cpp):
     assert pooled.checks_indices and picked.checks_indices
 
 
-def test_scatter_style_backward_ops_are_loop_kernels(cpp):
+def test_scatter_style_backward_ops_are_loop_kernels(loops):
     def fn(grad, idx, rows, tokens, emb_grad):
         # fx folds this full() into a constant that three get_attr nodes read.
         zeros = aten.full.default([5, 4], 0.0, dtype=torch.float32)
@@ -145,7 +145,7 @@ def test_scatter_style_backward_ops_are_loop_kernels(cpp):
     idx = torch.tensor([0, 4, 4, 1, 0])
     rows = torch.randint(0, 4, (5, 4))
     tokens = torch.randint(0, 6, (2, 3))
-    compiled = cpp(fn, grad, idx, rows, tokens, emb_grad)
+    compiled = loops(fn, grad, idx, rows, tokens, emb_grad)
     check(compiled, fn, grad, idx, rows, tokens, emb_grad, rtol=1e-6, atol=1e-6)
     assert compiled.fallback_ops == ()
     # One scatter kernel per op; the zeros and grad * 2 fuse into them.
@@ -153,7 +153,7 @@ def test_scatter_style_backward_ops_are_loop_kernels(cpp):
     assert all(k.checks_indices for k in compiled.kernels)
 
 
-def test_indices_into_fused_views_concatenations_and_reshapes(cpp):
+def test_indices_into_fused_views_concatenations_and_reshapes(loops):
     def fn(a, b, idx, cols):
         both = aten.cat.default([a, aten.mul.Tensor(b, 2)], 0)  # (9, 4)
         t = aten.clone.default(aten.t.default(a), memory_format=torch.contiguous_format)
@@ -166,7 +166,7 @@ def test_indices_into_fused_views_concatenations_and_reshapes(cpp):
 
     a, b = source(5, 4), source(4, 4)
     idx, cols = torch.tensor([8, 0, 3, 5, 1, 2]), torch.tensor([3, 3, 0])
-    compiled = cpp(fn, a, b, idx, cols)
+    compiled = loops(fn, a, b, idx, cols)
     check(compiled, fn, a, b, idx, cols)
     assert compiled.fallback_ops == ()
     raises_like_torch(compiled, fn, a, b, idx + 4, cols)
