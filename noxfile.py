@@ -83,9 +83,8 @@ TRITON = "triton==3.9.0"
 def triton(session: nox.Session) -> None:
     """The Triton target under Triton's interpreter: codegen's Triton cases and
     the lowering, scatter, update, indexing and layout tests on the Triton
-    target, every kernel
-    they render then compiled for a GPU (tests/gpu_compile.py), and the
-    umbrella's demo block and training step."""
+    target, every kernel they render then compiled for a GPU
+    (tests/gpu_compile.py), and the umbrella's demo block and training step."""
     install(session, *ALL_PACKAGES)
     session.install(TRITON)
     codegen = [
