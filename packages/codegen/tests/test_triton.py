@@ -436,6 +436,28 @@ def test_a_lone_pointwise_stage_spreads_its_blocks_over_rows(tmp_path):
     check(compiled, transposed, square)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_a_scatter_that_adds_runs_its_source_blocks_side_by_side(dtype, tmp_path):
+    """index_add, scatter_add without self: the initial values, the zeroed
+    targets, then atomic adds from blocks of the source (render/triton/
+    atomic.py); repeated targets add up."""
+
+    def fn(x, rows, src, idx):
+        return (
+            aten.index_add.default(x, 0, rows, src),
+            aten.scatter_reduce.two(x, 1, idx, src, "sum", include_self=False),
+        )
+
+    x, src = (_randn(5, 1500) * 8).to(dtype), (_randn(4, 1500) * 8).to(dtype)
+    rows = torch.tensor([3, 0, 3, 3], device=DEVICE)
+    idx = torch.randint(0, 40, (4, 1500), device=DEVICE)
+    compiled = _compile(fn, [x, rows, src, idx], tmp_path)
+    assert compiled.target == "triton" and compiled.fallback_ops == ()
+    assert "tl.atomic_add(" in compiled.cpp_source
+    assert "def kernel1_zero(" in compiled.cpp_source
+    check(compiled, fn, x, rows, src, idx, rtol=1e-5, atol=1e-4)
+
+
 def test_an_index_out_of_range_raises_torchs_error(tmp_path):
     def fn(x, i):
         return (aten.mul.Tensor(aten.index_select.default(x, 0, i), 2),)

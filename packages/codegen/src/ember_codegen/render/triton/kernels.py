@@ -7,11 +7,11 @@ stage stores its block, a reduction folds its blocks into one accumulator of
 ``BLOCK`` lanes and then into the program's value (the looped form; a
 reduction that fits one block runs its loop once, the persistent form).
 A scan gets one program per row, a scatter one program walking its source
-in order. Scalar ops map onto ``triton.language``; those without a core
-function are helpers in ``preamble.py``, as libdevice is not there under
-Triton's interpreter. What this target does not render yet (a scatter's mean,
-``pow`` of float64 values) raises ``Unsupported``, and the graph then runs
-through torch.
+in order (one that adds: atomic.py). Scalar ops map onto ``triton.language``;
+those without a core function are helpers in ``preamble.py``, as libdevice is
+not there under Triton's interpreter. What this target does not render yet (a
+scatter's mean, ``pow`` of float64 values) raises ``Unsupported``, and the
+graph then runs through torch.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class Scope:
 
 
 @dataclass
-class _Body:
+class Body:
     """The statements of one stage's block, each subexpression named once per
     mask (the same load under another mask is another statement)."""
 
@@ -203,7 +203,7 @@ class _Body:
                 # tensor at a position that does not vary either): a block of
                 # its address, as the mask is one
                 offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
-            code = f"tl.load(p_{e.name} + {_group(offset)}, mask={mask}, other=0)"
+            code = f"tl.load(p_{e.name} + {group(offset)}, mask={mask}, other=0)"
             return f"{code}.to(tl.float32)" if e.dtype in HALF_TYPES else code
         if e.op == "index_check":
             return self._check(e, mask)
@@ -232,10 +232,10 @@ class _Body:
                 args = [f"tl.full([{self.lanes}], {_literal(source)}, {made})"]
             if source.dtype in HALF_TYPES and not isinstance(source, Load):
                 # an arithmetic result of a 16-bit type is rounded to it first
-                args = [f"{_narrow(args[0], source.dtype)}.to(tl.float32)"]
+                args = [f"{narrow(args[0], source.dtype)}.to(tl.float32)"]
             if e.dtype in HALF_TYPES:
                 # rounded to the 16-bit type, computed on in float32 (as loaded)
-                return f"{_narrow(args[0], e.dtype)}.to(tl.float32)"
+                return f"{narrow(args[0], e.dtype)}.to(tl.float32)"
         return template.format(*args, T=carried(e.dtype))
 
     def _by_operand_dtype(self, e: Call, mask: str) -> str:
@@ -310,7 +310,7 @@ def carried(dtype: torch.dtype) -> str:
     return "tl.float32" if dtype in HALF_TYPES else TL_TYPES[dtype]
 
 
-def _narrow(code: str, dtype: torch.dtype) -> str:
+def narrow(code: str, dtype: torch.dtype) -> str:
     """``code`` converted to ``dtype`` for a store (or a cast)."""
     if _is_number(code):  # a Python number has no .to(): a block of one,
         # made in the stored type (16-bit ones are rounded from float32)
@@ -330,7 +330,7 @@ def _is_number(code: str) -> bool:
     return True
 
 
-def _group(code: str) -> str:
+def group(code: str) -> str:
     """``code`` as one operand of ``+``."""
     return code if code.isidentifier() or code.isdigit() else f"({code})"
 
@@ -427,7 +427,7 @@ def _pointwise(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]:
     n = math.prod(inner)
     block = min(BLOCK, pow2(n))
     lanes = frozenset(f"i{d}" for d in range(first, len(stage.sizes)))
-    body = _Body(scope, "        ", block, lanes)
+    body = Body(scope, "        ", block, lanes)
     body.lines += [
         f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
         f"        mask = flat < {n}",
@@ -439,8 +439,8 @@ def _pointwise(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]:
     if not inner:  # one element per program: a block of one address
         offset = f"{offset} + tl.zeros([1], tl.int32)"
     body.lines.append(
-        f"        tl.store(p_{stage.name} + {_group(offset)}, "
-        f"{_narrow(value, stage.dtype)}, mask=mask)"
+        f"        tl.store(p_{stage.name} + {group(offset)}, "
+        f"{narrow(value, stage.dtype)}, mask=mask)"
     )
     head = f"    # {stage.name} = {describe_origin(stage.origin)}"
     if spread:
@@ -541,7 +541,7 @@ def rounded(stage: Reduction, result: str) -> list[str]:
     """Eager rounds a 16-bit reduction's result; a later stage reads that."""
     if stage.dtype not in HALF_TYPES:
         return []
-    return [f"    {result} = {_narrow(result, stage.dtype)}.to(tl.float32)"]
+    return [f"    {result} = {narrow(result, stage.dtype)}.to(tl.float32)"]
 
 
 _NEG_ZERO = 'float("-0.0")'
@@ -581,7 +581,7 @@ def _scan(stage: Scan, scope: Scope) -> list[str]:
     # other lanes add -0.0, which leaves any float as it is (0 for integers)
     zero = _NEG_ZERO if stage.acc_dtype.is_floating_point else "0"
     lines.append(f"    {carry} = tl.full([1], {identity}, {acc_type})")
-    body = _Body(scope, "        ", block, frozenset({f"i{dim}"}))
+    body = Body(scope, "        ", block, frozenset({f"i{dim}"}))
     body.lines += [
         f"        i{dim} = start + tl.arange(0, {block}).to(tl.int64)",
         f"        mask = i{dim} < {n}",
@@ -593,8 +593,8 @@ def _scan(stage: Scan, scope: Scope) -> list[str]:
         f"        v = tl.where(mask, ({value}).to({acc_type}), {identity})",
         f"        v = tl.where(i{dim} == start, {carry} {combine} v, v)",
         f"        folded = {scan}(v, 0)",
-        f"        tl.store(p_{stage.name} + {_group(offset)}, "
-        f"{_narrow('folded', stage.dtype)}, mask=mask)",
+        f"        tl.store(p_{stage.name} + {group(offset)}, "
+        f"{narrow('folded', stage.dtype)}, mask=mask)",
         f"        last = tl.minimum({n} - start, {block}) - 1 + start",
         f"        {carry} = tl.full([1], {zero}, {acc_type}) + "
         f"tl.sum(tl.where(i{dim} == last, folded, {zero}), 0)",
@@ -628,7 +628,7 @@ def _scatter(stage: Scatter, kernel: Kernel, scope: Scope) -> list[str]:
     lanes = frozenset(f"r{d}" for d in range(len(stage.src_sizes)))
 
     def source_loop(value: bool) -> list[str]:
-        body = _Body(scope, "        ", 1, lanes)
+        body = Body(scope, "        ", 1, lanes)
         body.lines += [
             "        flat = start + tl.arange(0, 1).to(tl.int64)",
             f"        mask = flat < {n}",
@@ -636,7 +636,7 @@ def _scatter(stage: Scatter, kernel: Kernel, scope: Scope) -> list[str]:
         body.lines += [
             "        " + x for x in split_vars("r", 0, stage.src_sizes, "flat")
         ]
-        offset = _group(body.offset(name, stage.target, "mask"))
+        offset = group(body.offset(name, stage.target, "mask"))
         if value:
             v = body.value(stage.value, "mask")
             old = f"tl.load(p_{name} + {offset}, mask=mask, other=0)"
@@ -647,7 +647,7 @@ def _scatter(stage: Scatter, kernel: Kernel, scope: Scope) -> list[str]:
             start = identity_of(stage.kind, stage.dtype)
             new = f"tl.full([1], {start}, {carried(stage.dtype)})"
         body.lines += [
-            f"        tl.store(p_{name} + {offset}, {_narrow(new, stage.dtype)}, "
+            f"        tl.store(p_{name} + {offset}, {narrow(new, stage.dtype)}, "
             "mask=mask)",
             "        tl.debug_barrier()",
         ]
@@ -675,13 +675,13 @@ def _vars(sizes: tuple[int, ...], prefix: str) -> tuple[Index, ...]:
     return tuple(var(f"{prefix}{d}", size) for d, size in enumerate(sizes))
 
 
-def _reduced_block(stage: Reduction, scope: Scope, block: int) -> tuple[_Body, str]:
+def _reduced_block(stage: Reduction, scope: Scope, block: int) -> tuple[Body, str]:
     """The statements of one block of a reduction's loop (its flat positions,
     the mask of the tail, each reduced dim's variable) and the code of the
     value each lane reduces."""
     n = math.prod(stage.reduce_sizes)
     lanes = frozenset(f"r{d}" for d in range(len(stage.reduce_sizes)))
-    body = _Body(scope, "        ", block, lanes)
+    body = Body(scope, "        ", block, lanes)
     body.lines += [
         f"        flat = start + tl.arange(0, {block}).to(tl.int64)",
         f"        mask = flat < {n}",
@@ -751,12 +751,12 @@ def store_result(
     scope.locals_[stage.name] = result
     if stage.name not in kernel.stored:
         return []
-    out = _Body(scope, "    ", 1, frozenset())
+    out = Body(scope, "    ", 1, frozenset())
     offset = out.offset(stage.name, _vars(stage.sizes, "i"), "True")
     return [
         *out.lines,
-        f"    tl.store(p_{stage.name} + {_group(offset)}, "
-        f"{_narrow(result, stage.dtype)})",
+        f"    tl.store(p_{stage.name} + {group(offset)}, "
+        f"{narrow(result, stage.dtype)})",
     ]
 
 

@@ -13,6 +13,7 @@ import torch
 from ...scheduling.fusion import Kernel
 from .. import KERNEL_BREAKS, Rendered, Scheduled
 from ..loop_wrapper import Launch, render_loops
+from .atomic import atomic_scatter, emit_atomic_scatter
 from .kernels import checks_indices, emit_kernel, grid, warps
 from .preamble import PREAMBLE
 from .split import emit_split, split_parts
@@ -25,13 +26,21 @@ def emit_source(kernels: list[Kernel], strides, title: str) -> str:
     reduction with few rows in its two-stage form (split.py)."""
     parts = [f"# {title}\n{PREAMBLE}"]
     for k in kernels:
-        emit = emit_split if split_parts(k) > 1 else emit_kernel
+        emit = emit_kernel
+        if split_parts(k) > 1:
+            emit = emit_split
+        elif atomic_scatter(k):
+            emit = emit_atomic_scatter
         parts.append(emit(k, strides))
     return f"\n{KERNEL_BREAK}\n".join(parts)
 
 
 def _call(kernel: Kernel, args: list[str]) -> str:
     if split_parts(kernel) > 1:  # its launcher sets up both launches
+        return f"{kernel.name}({', '.join(args)})"
+    if atomic_scatter(kernel):  # its launcher runs its kernels in order
+        if checks_indices(kernel):
+            return f"launch_checked({kernel.name}, {', '.join(args)})"
         return f"{kernel.name}({', '.join(args)})"
     launch = f"{kernel.name}[({grid(kernel)},)]"
     options = f"num_warps={warps(kernel)}"

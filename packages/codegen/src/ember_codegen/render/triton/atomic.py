@@ -1,0 +1,163 @@
+"""The parallel form of a scatter that adds (index_add, scatter_add,
+index_put with accumulate, embedding's backward): the one-program form walks
+the source in order, which a GPU runs on one core. Here ``kernelN_init``
+writes the output's initial values, ``kernelN_zero`` (without self) zeroes
+every targeted element, and ``kernelN_add`` adds each source value with
+``tl.atomic_add``, blocks of the source side by side; ``kernelN``, plain
+Python in the module, launches them in order. The additions into one element
+come in no fixed order, as in torch's own CUDA kernels for these ops."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...ir.nodes import (
+    IndexValue,
+    Pointwise,
+    ReduceKind,
+    Scatter,
+    describe_origin,
+    loads,
+)
+from ...scheduling.fusion import Kernel
+from .kernels import (
+    BLOCK,
+    TL_TYPES,
+    Body,
+    Scope,
+    checks_indices,
+    emit_kernel,
+    grid,
+    group,
+    narrow,
+    pow2,
+    split_vars,
+    typed,
+    warps,
+    warps_for,
+)
+
+# Element types tl.atomic_add adds in on a GPU and under the interpreter alike
+# (16-bit floats keep the one-program form).
+ATOMIC_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def atomic_scatter(kernel: Kernel) -> bool:
+    """Whether ``kernel`` is a lone scatter that adds (its mean aside) into a
+    tensor of an ATOMIC_DTYPES type."""
+    if len(kernel.stages) != 1 or not isinstance(kernel.stages[0], Scatter):
+        return False
+    stage = kernel.stages[0]
+    return (
+        stage.kind is ReduceKind.SUM and not stage.mean and stage.dtype in ATOMIC_DTYPES
+    )
+
+
+def emit_atomic_scatter(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
+    """The three ``@triton.jit`` functions and the launcher of a kernel that
+    ``atomic_scatter`` accepts."""
+    (stage,) = kernel.stages
+    name, out = kernel.name, stage.name
+    init = Pointwise(out, stage.sizes, stage.dtype, stage.init, stage.origin)
+    init_kernel = Kernel(
+        f"{name}_init",
+        (),
+        (init,),
+        frozenset({out}),
+        tuple(dict.fromkeys(ld.name for ld in loads(stage.init) if ld.name != out)),
+    )
+    parts = [emit_kernel(init_kernel, strides)]
+    calls = [_launch(init_kernel, [*init_kernel.reads, out])]
+    if not math.prod(stage.sizes):
+        calls = ["    pass  # an empty output"]
+    elif not math.prod(stage.src_sizes):
+        pass  # no source: the initial values are the result
+    elif not stage.include_self:
+        parts.append(_source_kernel(stage, kernel, strides, f"{name}_zero", False))
+        calls.append(_source_launch(stage, kernel, f"{name}_zero"))
+    if math.prod(stage.sizes) and math.prod(stage.src_sizes):
+        parts.append(_source_kernel(stage, kernel, strides, f"{name}_add", True))
+        calls.append(_source_launch(stage, kernel, f"{name}_add"))
+    params = [f"p_{r}" for r in kernel.reads] + [f"p_{out}"]
+    oob = ", *oob" if checks_indices(kernel) else ""
+    launcher = [f"def {name}({', '.join(params)}{oob}):", *calls]
+    return "\n\n".join(parts) + "\n\n" + "\n".join(launcher) + "\n"
+
+
+def _launch(kernel: Kernel, buffers: list[str]) -> str:
+    args = ", ".join(f"p_{b}" for b in buffers)
+    return f"    {kernel.name}[({grid(kernel)},)]({args}, num_warps={warps(kernel)})"
+
+
+def _source_reads(stage: Scatter, value: bool) -> list[str]:
+    """The buffers a walk over the source reads: the index tensors of the
+    target, and with ``value`` what the value reads."""
+    exprs = [IndexValue(index) for index in stage.target]
+    if value:
+        exprs.append(stage.value)
+    names = (ld.name for e in exprs for ld in loads(e))
+    return list(dict.fromkeys(n for n in names if n != stage.name))
+
+
+def _source_kernel(
+    stage: Scatter,
+    kernel: Kernel,
+    strides: dict[str, tuple[int, ...]],
+    kernel_name: str,
+    value: bool,
+) -> str:
+    """Blocks of the source side by side: with ``value`` each lane adds its
+    value at its target atomically, without it writes a zero there."""
+    reads = _source_reads(stage, value)
+    params = [f"p_{r}" for r in reads] + [f"p_{stage.name}"]
+    checked = value and checks_indices(kernel)
+    if checked:
+        params.append("p_oob")
+    n = math.prod(stage.src_sizes)
+    block = min(BLOCK, pow2(n))
+    body = Body(
+        Scope(dict(strides)),
+        "    ",
+        block,
+        frozenset(f"r{d}" for d in range(len(stage.src_sizes))),
+    )
+    body.lines += [
+        f"    flat = tl.program_id(0).to(tl.int64) * {block} + "
+        f"tl.arange(0, {block}).to(tl.int64)",
+        f"    mask = flat < {n}",
+        *("    " + v for v in split_vars("r", 0, stage.src_sizes, "flat")),
+    ]
+    target = f"p_{stage.name} + {group(body.offset(stage.name, stage.target, 'mask'))}"
+    if value:
+        v = narrow(body.value(stage.value, "mask"), stage.dtype)
+        body.lines.append(f"    tl.atomic_add({target}, {v}, mask=mask)")
+    else:
+        zero = f"tl.zeros([{block}], {TL_TYPES[stage.dtype]})"
+        body.lines.append(f"    tl.store({target}, {zero}, mask=mask)")
+    what = "adds" if value else "zeroes the targets"
+    return "\n".join(
+        [
+            "@triton.jit",
+            f"def {kernel_name}({', '.join(params)}):",
+            f"    # {stage.name} = scatter_sum of {describe_origin(stage.origin)}: "
+            f"{what}",
+            f"    # {typed(params, kernel)}",
+            *body.lines,
+        ]
+    )
+
+
+def _source_launch(stage: Scatter, kernel: Kernel, kernel_name: str) -> str:
+    value = kernel_name.endswith("_add")
+    args = [f"p_{r}" for r in _source_reads(stage, value)] + [f"p_{stage.name}"]
+    if value and checks_indices(kernel):
+        args.append("*oob")
+    n = math.prod(stage.src_sizes)
+    block = min(BLOCK, pow2(n))
+    programs = -(-n // block)
+    return (
+        f"    {kernel_name}[({programs},)]({', '.join(args)}, "
+        f"num_warps={warps_for(block)})"
+    )
