@@ -458,6 +458,26 @@ def test_a_scatter_that_adds_runs_its_source_blocks_side_by_side(dtype, tmp_path
     check(compiled, fn, x, rows, src, idx, rtol=1e-5, atol=1e-4)
 
 
+def test_a_scatter_without_self_through_a_gathered_index_checks_it(tmp_path):
+    """The zeroing walk of an atomic scatter reads its target through a
+    gathered index, so it takes the out-of-range flag too."""
+
+    def fn(x, table, j, s):
+        index = aten.index.Tensor(table, [j])
+        return (aten.scatter_reduce.two(x, 0, index, s, "sum", include_self=False),)
+
+    x, s = _randn(4, 3), _randn(4, 3)
+    table = torch.tensor([[0, 1, 2], [3, 3, 3], [1, 0, 1]], device=DEVICE)
+    j = torch.tensor([1, 1, 0, 2], device=DEVICE)
+    compiled = _compile(fn, [x, table, j, s], tmp_path)
+    assert compiled.target == "triton" and compiled.fallback_ops == ()
+    assert "def kernel0_zero(" in compiled.cpp_source
+    check(compiled, fn, x, table, j, s)
+    raises_like_torch(
+        compiled, fn, x, table, torch.tensor([1, 5, 0, 2], device=DEVICE), s
+    )
+
+
 def test_an_index_out_of_range_raises_torchs_error(tmp_path):
     def fn(x, i):
         return (aten.mul.Tensor(aten.index_select.default(x, 0, i), 2),)
@@ -484,11 +504,18 @@ def test_a_kernel_names_its_aten_ops_and_buffers(tmp_path):
     check(compiled, fn, x, b)
 
 
-def test_a_profile_counts_triton_kernels_as_kernels(tmp_path):
+@pytest.mark.parametrize(
+    "case", ["index_select, embedding and gather (index checks)", "index_add"]
+)
+def test_a_profile_counts_triton_kernels_as_kernels(case, tmp_path):
     from ember_codegen import profiling
 
-    fn, make = CASES["index_select, embedding and gather (index checks)"]
-    inputs = make()
+    if case == "index_add":  # a launcher handed to launch_checked
+        fn = lambda x, i, s: (aten.index_add.default(x, 0, i, s),)  # noqa: E731
+        inputs = (_randn(4, 8), torch.tensor([1, 1, 3], device=DEVICE), _randn(3, 8))
+    else:
+        fn, make = CASES[case]
+        inputs = make()
     compiled = _compile(fn, inputs, tmp_path)
     with profiling() as report:
         compiled(*inputs)

@@ -186,12 +186,14 @@ def instrument(wrapper_source: str, kernels: tuple[KernelInfo, ...]) -> Instrume
 
 def _launched(statement: ast.stmt) -> list[str]:
     """The names a statement may launch as kernels: called ones (C++:
-    ``kernel0(...)``) and subscripted ones (Triton: ``kernel0[grid](...)``, also
-    handed to ``launch_checked``)."""
+    ``kernel0(...)``), subscripted ones (Triton: ``kernel0[grid](...)``) and
+    those handed to ``launch_checked`` (a Triton launcher: ``kernel0``)."""
     names = []
     for node in ast.walk(statement):
         if isinstance(node, ast.Call):
             names.append(_name(node.func))
+            if _name(node.func) == "launch_checked" and node.args:
+                names.append(_name(node.args[0]))
         elif isinstance(node, ast.Subscript):
             names.append(_name(node.value))
     return [name for name in names if name is not None]

@@ -14,12 +14,14 @@ import math
 import torch
 
 from ...ir.nodes import (
+    Call,
     IndexValue,
     Pointwise,
     ReduceKind,
     Scatter,
     describe_origin,
     loads,
+    walk,
 )
 from ...scheduling.fusion import Kernel
 from .kernels import (
@@ -94,11 +96,25 @@ def _launch(kernel: Kernel, buffers: list[str]) -> str:
 def _source_reads(stage: Scatter, value: bool) -> list[str]:
     """The buffers a walk over the source reads: the index tensors of the
     target, and with ``value`` what the value reads."""
-    exprs = [IndexValue(index) for index in stage.target]
-    if value:
-        exprs.append(stage.value)
-    names = (ld.name for e in exprs for ld in loads(e))
+    names = (ld.name for e in _source_exprs(stage, value) for ld in loads(e))
     return list(dict.fromkeys(n for n in names if n != stage.name))
+
+
+def _source_exprs(stage: Scatter, value: bool) -> list:
+    """What a walk over the source evaluates: the target's positions, and
+    with ``value`` the value."""
+    exprs = [IndexValue(index) for index in stage.target]
+    return [*exprs, stage.value] if value else exprs
+
+
+def _checks(stage: Scatter, value: bool) -> bool:
+    """Whether that walk checks an index (a target read through a gathered
+    index checks it too): its kernel then takes the out-of-range flag."""
+    return any(
+        isinstance(x, Call) and x.op == "index_check"
+        for e in _source_exprs(stage, value)
+        for x in walk(e)
+    )
 
 
 def _source_kernel(
@@ -112,8 +128,7 @@ def _source_kernel(
     value at its target atomically, without it writes a zero there."""
     reads = _source_reads(stage, value)
     params = [f"p_{r}" for r in reads] + [f"p_{stage.name}"]
-    checked = value and checks_indices(kernel)
-    if checked:
+    if _checks(stage, value):
         params.append("p_oob")
     n = math.prod(stage.src_sizes)
     block = min(BLOCK, pow2(n))
@@ -152,7 +167,7 @@ def _source_kernel(
 def _source_launch(stage: Scatter, kernel: Kernel, kernel_name: str) -> str:
     value = kernel_name.endswith("_add")
     args = [f"p_{r}" for r in _source_reads(stage, value)] + [f"p_{stage.name}"]
-    if value and checks_indices(kernel):
+    if _checks(stage, value):
         args.append("*oob")
     n = math.prod(stage.src_sizes)
     block = min(BLOCK, pow2(n))
