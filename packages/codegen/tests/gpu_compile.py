@@ -28,7 +28,7 @@ POINTERS = {
     "uint8": "*u8",
     "bool": "*i1",
 }
-_TYPES = re.compile(r"^\s*# (p_\w+: \w+(?:, p_\w+: \w+)*)$", re.MULTILINE)
+_TYPES = re.compile(r"^\s*# (\w+: \w+(?:, \w+: \w+)*)$", re.MULTILINE)
 
 
 def failures(sources: list[str]) -> list[str]:

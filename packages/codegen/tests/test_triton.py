@@ -478,6 +478,16 @@ def test_a_scatter_without_self_through_a_gathered_index_checks_it(tmp_path):
     )
 
 
+def test_an_input_named_like_the_out_of_range_flag(tmp_path):
+    def fn(oob, idx):
+        return (aten.index_select.default(oob, 0, idx),)
+
+    x, idx = _randn(5, 4), torch.tensor([4, 0, 4], device=DEVICE)
+    compiled = _compile(fn, [x, idx], tmp_path)
+    assert compiled.target == "triton" and compiled.fallback_ops == ()
+    check(compiled, fn, x, idx)
+
+
 def test_an_index_out_of_range_raises_torchs_error(tmp_path):
     def fn(x, i):
         return (aten.mul.Tensor(aten.index_select.default(x, 0, i), 2),)

@@ -129,7 +129,7 @@ def _source_kernel(
     reads = _source_reads(stage, value)
     params = [f"p_{r}" for r in reads] + [f"p_{stage.name}"]
     if _checks(stage, value):
-        params.append("p_oob")
+        params.append("oob")
     n = math.prod(stage.src_sizes)
     block = min(BLOCK, pow2(n))
     body = Body(

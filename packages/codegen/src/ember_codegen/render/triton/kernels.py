@@ -262,7 +262,7 @@ class Body:
             f"& (tl.zeros([{self.lanes}], tl.int1) == 0)"
         )
         self.lines.append(
-            f"{self.indent}tl.store(p_oob, 1, mask=tl.sum({bad}.to(tl.int32), 0) > 0)"
+            f"{self.indent}tl.store(oob, 1, mask=tl.sum({bad}.to(tl.int32), 0) > 0)"
         )
         return value
 
@@ -372,7 +372,7 @@ def typed(params: list[str], kernel: Kernel, **more: torch.dtype) -> str:
     """The comment naming each pointer parameter's element type (a reader's
     help, and what a check compiling the module for a GPU reads)."""
     dtypes = {f"p_{name}": d for name, d in buffer_dtypes(kernel).items()}
-    dtypes.update({"p_oob": torch.int32, **more})
+    dtypes.update({"oob": torch.int32, **more})
     return ", ".join(f"{p}: {str(dtypes[p]).removeprefix('torch.')}" for p in params)
 
 
@@ -386,7 +386,9 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     params = [f"p_{n}" for n in kernel.reads if n not in kernel.stored]
     params += [f"p_{s.name}" for s in kernel.stages if s.name in kernel.stored]
     if checks_indices(kernel):
-        params.append("p_oob")  # set to 1 when an index is out of range
+        # set to 1 when an index is out of range; without the prefix of the
+        # buffers' parameters, so no buffer (an input named "oob") meets it
+        params.append("oob")
     lines = [
         "@triton.jit",
         f"def {kernel.name}({', '.join(params)}):",
