@@ -71,17 +71,19 @@ def emit_atomic_scatter(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> 
         tuple(dict.fromkeys(ld.name for ld in loads(stage.init) if ld.name != out)),
     )
     parts = [emit_kernel(init_kernel, strides)]
-    calls = [_launch(init_kernel, [*init_kernel.reads, out])]
     if not math.prod(stage.sizes):
         calls = ["    pass  # an empty output"]
-    elif not math.prod(stage.src_sizes):
-        pass  # no source: the initial values are the result
-    elif not stage.include_self:
-        parts.append(_source_kernel(stage, kernel, strides, f"{name}_zero", False))
-        calls.append(_source_launch(stage, kernel, f"{name}_zero"))
+    else:
+        calls = [_launch(init_kernel, [*init_kernel.reads, out])]
+    # the walks over the source after the initial values (none without one):
+    # zeroing the targets (without self), then adding
+    walks = []
     if math.prod(stage.sizes) and math.prod(stage.src_sizes):
-        parts.append(_source_kernel(stage, kernel, strides, f"{name}_add", True))
-        calls.append(_source_launch(stage, kernel, f"{name}_add"))
+        walks = [True] if stage.include_self else [False, True]
+    for value in walks:
+        walk_name = f"{name}_{'add' if value else 'zero'}"
+        parts.append(_source_kernel(stage, kernel, strides, walk_name, value))
+        calls.append(_source_launch(stage, walk_name, value))
     params = [f"p_{r}" for r in kernel.reads] + [f"p_{out}"]
     oob = ", *oob" if checks_indices(kernel) else ""
     launcher = [f"def {name}({', '.join(params)}{oob}):", *calls]
@@ -164,8 +166,7 @@ def _source_kernel(
     )
 
 
-def _source_launch(stage: Scatter, kernel: Kernel, kernel_name: str) -> str:
-    value = kernel_name.endswith("_add")
+def _source_launch(stage: Scatter, kernel_name: str, value: bool) -> str:
     args = [f"p_{r}" for r in _source_reads(stage, value)] + [f"p_{stage.name}"]
     if _checks(stage, value):
         args.append("*oob")
