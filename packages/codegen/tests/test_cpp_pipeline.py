@@ -490,6 +490,25 @@ def test_the_same_reduction_is_computed_once(cpp):
     assert compiled.cpp_source.count(" = max of ") == 1
 
 
+def test_max_values_without_indices_share_amax(cpp):
+    """``x.max(-1).values`` whose indices nobody reads is amax: no positions
+    are tracked, the graph's own amax is the same loop, and the second output
+    is one more store in that loop (eager returns two tensors)."""
+
+    def fn(x):
+        return (aten.amax.default(x, [-1]), aten.max.dim(x, -1)[0])
+
+    x = torch.randn(6, 40)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    first, second = compiled(x)
+    assert first.data_ptr() != second.data_ptr()
+    assert compiled.cpp_source.count(" = max of ") == 1
+    assert " = argmax of " not in compiled.cpp_source
+    assert compiled.cpp_source.count('extern "C" void kernel') == 1
+    assert "// buf1 = aten.max.dim" in compiled.cpp_source  # the copy names its op
+
+
 def test_outputs_computed_as_one_reduction_are_still_two_tensors(cpp):
     """``(x.sum(1), x.sum(1))`` reduces once, but returns two tensors, as eager
     does: writing into one leaves the other alone."""

@@ -664,6 +664,25 @@ def test_max_min_dim_values_and_indices(loops, dtype):
     assert lowered(compiled)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool], ids=str)
+def test_max_min_dim_values_alone(loops, dtype):
+    """``x.max(d).values`` with its indices unread is lowered as amax (the
+    same values, NaN included)."""
+
+    def fn(x, s):
+        outs = []
+        for op in (aten.max.dim, aten.min.dim):
+            for args in ((x, 1), (x, 0, True), (aten.t.default(x), 1), (s, 0)):
+                outs.append(op(*args)[0])
+        return tuple(outs)
+
+    x = tied(5, 37, dtype=dtype) if dtype != torch.bool else torch.rand(5, 37) > 0.7
+    s = torch.tensor(1, dtype=dtype)  # 0-d
+    compiled = loops(fn, x, s)
+    check(compiled, fn, x, s)
+    assert lowered(compiled)
+
+
 def test_max_dim_value_is_the_element_at_the_index(loops):
     # The first of tied 0.0 and -0.0 is returned, as in torch (amax may differ).
     def fn(x):

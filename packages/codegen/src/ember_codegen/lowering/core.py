@@ -91,6 +91,9 @@ class Lowerer:
     specs: dict[str, TensorSpec] = field(default_factory=dict)
     origin: tuple[str, ...] = ()  # the aten node being lowered
     out_meta: object = None  # its meta value (a tensor or a tuple of them)
+    # Which items of its tuple result the graph reads (getitem users); None
+    # when the node is read whole.
+    items_read: frozenset[int] | None = None
     _count: int = 0
     # Each reduction made so far, by everything that decides its values: a
     # graph that reduces the same values twice (mean and sum of one tensor,
@@ -329,7 +332,16 @@ def _own_output(
     if first is node or not isinstance(lo.nodes[tv.name], Reduction):
         return tv.name
     strides = lo.specs[tv.name].strides
-    return lo.pointwise(tv.sizes, tv.dtype, lambda i: lo.load(tv, i), strides).name
+    op = node.args[0] if node.target is operator.getitem else node
+    loc = op.meta.get("user_loc")
+    lo.origin = (f"{op.target} @ {loc}" if loc else str(op.target),)
+    copy = lo.pointwise(tv.sizes, tv.dtype, lambda i: lo.load(tv, i), strides).name
+    # Right after the reduction: kernels are grouped in graph order, so the
+    # copy is one more store in the reduction's own loop, not a kernel of its own.
+    order = [n for n in lo.nodes if n != copy]
+    order.insert(order.index(tv.name) + 1, copy)
+    lo.nodes = {n: lo.nodes[n] for n in order}
+    return copy
 
 
 _C_KEYWORDS = frozenset(
@@ -422,6 +434,7 @@ def _lower_node(lo: Lowerer, node, env, meta, fallback_ops: set[str]) -> object:
     loc = node.meta.get("user_loc")
     lo.origin = (f"{node.target} @ {loc}" if loc else str(node.target),)
     lo.out_meta = meta
+    lo.items_read = _items_read(node)
     rule = LOWERINGS.get(node.target)
     args, kwargs = pytree.tree_map(
         lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
@@ -437,6 +450,12 @@ def _lower_node(lo: Lowerer, node, env, meta, fallback_ops: set[str]) -> object:
             lo.nodes, lo.specs = checkpoint
     fallback_ops.add(str(node.target))
     return extern(lo, node.target, args, kwargs, fallback=True)
+
+
+def _items_read(node: torch.fx.Node) -> frozenset[int] | None:
+    if all(u.target is operator.getitem for u in node.users):
+        return frozenset(u.args[1] for u in node.users)
+    return None
 
 
 def extern(

@@ -165,9 +165,16 @@ register(aten.argmax.default)(_arg_rule(ReduceKind.ARGMAX))
 register(aten.argmin.default)(_arg_rule(ReduceKind.ARGMIN))
 
 
-def _extreme_dim(kind: ReduceKind):
+def _extreme_dim(kind: ReduceKind, values_only: ReduceKind):
     def rule(lo: Lowerer, a: TV, dim: int, keepdim=False):
         dims = _dims(a, dim)
+        if lo.items_read == frozenset({0}):
+            # Nobody reads the indices (`x.max(d).values`): the values are
+            # amax's, which compare equal (they may differ from the first
+            # maximum's bits only between tied -0.0 and 0.0, as Inductor's),
+            # one reduction without positions, shared with the graph's own amax.
+            values = _extreme(values_only)(lo, a, dim, keepdim)
+            return values, None
         at = arg_extreme(lo, a, dims, kind)
         d = dims[0] if dims else None
 
@@ -186,8 +193,8 @@ def _extreme_dim(kind: ReduceKind):
     return rule
 
 
-register(aten.max.dim)(_extreme_dim(ReduceKind.ARGMAX))
-register(aten.min.dim)(_extreme_dim(ReduceKind.ARGMIN))
+register(aten.max.dim)(_extreme_dim(ReduceKind.ARGMAX, ReduceKind.MAX))
+register(aten.min.dim)(_extreme_dim(ReduceKind.ARGMIN, ReduceKind.MIN))
 
 
 def _pair(value) -> tuple[int, int]:
