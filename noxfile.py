@@ -82,7 +82,7 @@ TRITON = "triton==3.9.0"
 @nox.session
 def triton(session: nox.Session) -> None:
     """The Triton target under Triton's interpreter: codegen's Triton cases and
-    the lowering, scatter, update, indexing and layout tests on the Triton
+    the lowering, scatter, update, indexing, layout and repeat tests on the Triton
     target, every kernel they render then compiled for a GPU
     (tests/gpu_compile.py), and the umbrella's demo block and training step."""
     install(session, *ALL_PACKAGES)
@@ -96,6 +96,7 @@ def triton(session: nox.Session) -> None:
             "test_updates",
             "test_indexing",
             "test_layouts",
+            "test_repeats",
         )
     ]
     session.run(

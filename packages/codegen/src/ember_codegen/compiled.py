@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -126,8 +127,14 @@ class CompiledGraph:
         ``loops()``: C++, or Triton's Python), without the preamble the
         graph's source starts with. KeyError if the graph has no such kernel."""
         split = f"\n{KERNEL_BREAKS.get(self.target, KERNEL_BREAK)}\n"
+        # the line that defines it: a C++ function with its body (not the
+        # declaration a repeat's part holds), a Triton function, or a repeat
+        key = re.escape(name)
+        defines = re.compile(
+            rf'^(extern "C" \w+ {key}\(.*\{{|def {key}\(|{key} = )', re.M
+        )
         for part in self.cpp_source.split(split)[1:]:
-            if f" void {name}(" in part or f"def {name}(" in part:
+            if defines.search(part):
                 return part.strip() + "\n"
         raise KeyError(f"no generated kernel named {name!r}")
 

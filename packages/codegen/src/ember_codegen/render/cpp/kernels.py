@@ -31,6 +31,7 @@ from ...ir.nodes import (
     walk,
 )
 from ...scheduling.fusion import Kernel
+from ..repeats import canonical
 from .build import KERNEL_BREAK
 from .expr import (
     COMBINE,
@@ -551,8 +552,35 @@ def emit_source(
     compiled for many sizes) the loops' shape depends on the sizes as little
     as it can, so that sizes share a library (literals.py)."""
     parts = [f"// {title}", PREAMBLE]
+    first: dict[str, str] = {}  # each distinct kernel's text, by its canonical form
     for kernel in kernels:
         parts.append(KERNEL_BREAK)
         text = emit_kernel(kernel, strides, describe_origin(kernel.origin), varying)
-        parts.append(_both_ways(text) if varying else text)
+        if varying:  # (literals.py lifts each kernel's own literals)
+            parts.append(_both_ways(text))
+            continue
+        names = {kernel.name, *kernel.reads, *(s.name for s in kernel.stages)}
+        same = first.setdefault(canonical(text, names, "//"), text)
+        parts.append(text if same is text else _forwarding(text, same))
     return "\n".join(parts) + "\n"
+
+
+def _forwarding(text: str, same: str) -> str:
+    """Kernel ``text`` written as a call of the kernel whose ``same`` text
+    computes it on other buffers: the loops are compiled once, however many
+    layers repeat them (a declaration first, as the build may put the two in
+    different units)."""
+    comment, signature = text.split("\n")[:2]
+    target = same.split("\n")[1]
+    name = re.search(r"(\w+)\(", target).group(1)
+    params = signature[signature.index("(") + 1 : signature.rindex(")")]
+    args = ", ".join(p.split()[-1] for p in params.split(", ")) if params else ""
+    call = "return " if signature.startswith('extern "C" int') else ""
+    return "\n".join(
+        [
+            comment,
+            f"// the same loops as {name}, on these buffers",
+            target.removesuffix(" {") + ";",
+            f"{signature} {call}{name}({args}); }}",
+        ]
+    )

@@ -10,9 +10,11 @@ import os
 
 import torch
 
+from ...ir.nodes import describe_origin
 from ...scheduling.fusion import Kernel
 from .. import KERNEL_BREAKS, Rendered, Scheduled
 from ..loop_wrapper import Launch, render_loops
+from ..repeats import canonical
 from .atomic import atomic_scatter, emit_atomic_scatter
 from .kernels import checks_indices, emit_kernel, grid, warps
 from .preamble import PREAMBLE
@@ -25,13 +27,24 @@ def emit_source(kernels: list[Kernel], strides, title: str) -> str:
     """The module holding every kernel of a graph, preamble first; a long
     reduction with few rows in its two-stage form (split.py)."""
     parts = [f"# {title}\n{PREAMBLE}"]
+    first: dict[str, Kernel] = {}  # each distinct kernel, by its canonical form
     for k in kernels:
         emit = emit_kernel
         if split_parts(k) > 1:
             emit = emit_split
         elif atomic_scatter(k):
             emit = emit_atomic_scatter
-        parts.append(emit(k, strides))
+        text = emit(k, strides)
+        names = {k.name, *k.reads, *(s.name for s in k.stages)}
+        form = canonical(text, names | {f"p_{n}" for n in names}, "#")
+        same = first.setdefault(form, k)
+        if same is not k:  # a repeated layer's: Triton compiles the first once
+            text = (
+                f"# {k.name}: {describe_origin(k.origin)}\n"
+                f"# the same kernel as {same.name}, on these buffers\n"
+                f"{k.name} = {same.name}"
+            )
+        parts.append(text)
     return f"\n{KERNEL_BREAK}\n".join(parts)
 
 
