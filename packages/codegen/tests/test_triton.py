@@ -246,12 +246,11 @@ CASES = {
 
 # Not rendered yet: the graph runs through torch, and still matches eager.
 THROUGH_TORCH = {
-    "scatter_reduce with mean": (
-        lambda x, i, s: (aten.scatter_reduce.two(x, 1, i, s, "mean"),),
+    "pow of float64 tensors": (
+        lambda x, y: (aten.pow.Tensor_Tensor(x, y),),
         lambda: (
-            _randn(3, 8),
-            torch.randint(0, 8, (3, 4), device=DEVICE),
-            _randn(3, 4),
+            _randn(3, 8, dtype=torch.float64).abs(),
+            _randn(3, 8, dtype=torch.float64),
         ),
     ),
 }

@@ -1,11 +1,13 @@
 """The parallel form of a scatter that adds (index_add, scatter_add,
-index_put with accumulate, embedding's backward): the one-program form walks
-the source in order, which a GPU runs on one core. Here ``kernelN_init``
-writes the output's initial values, ``kernelN_zero`` (without self) zeroes
-every targeted element, and ``kernelN_add`` adds each source value with
-``tl.atomic_add``, blocks of the source side by side; ``kernelN``, plain
-Python in the module, launches them in order. The additions into one element
-come in no fixed order, as in torch's own CUDA kernels for these ops."""
+index_put with accumulate, embedding's backward, scatter_reduce's sum and
+mean): the one-program form walks the source in order, which a GPU runs on
+one core. Here ``kernelN_init`` writes the output's initial values,
+``kernelN_zero`` (without self) zeroes every targeted element, and
+``kernelN_add`` adds each source value with ``tl.atomic_add``, blocks of the
+source side by side (for a mean it also counts the values each element got,
+and ``kernelN_mean`` divides by the count); ``kernelN``, plain Python in the
+module, launches them in order. The additions into one element come in no
+fixed order, as in torch's own CUDA kernels for these ops."""
 
 from __future__ import annotations
 
@@ -47,14 +49,12 @@ ATOMIC_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 def atomic_scatter(kernel: Kernel) -> bool:
-    """Whether ``kernel`` is a lone scatter that adds (its mean aside) into a
-    tensor of an ATOMIC_DTYPES type."""
+    """Whether ``kernel`` is a lone scatter that adds (or takes the mean) into
+    a tensor of an ATOMIC_DTYPES type."""
     if len(kernel.stages) != 1 or not isinstance(kernel.stages[0], Scatter):
         return False
     stage = kernel.stages[0]
-    return (
-        stage.kind is ReduceKind.SUM and not stage.mean and stage.dtype in ATOMIC_DTYPES
-    )
+    return stage.kind is ReduceKind.SUM and stage.dtype in ATOMIC_DTYPES
 
 
 def emit_atomic_scatter(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
@@ -80,10 +80,24 @@ def emit_atomic_scatter(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> 
     walks = []
     if math.prod(stage.sizes) and math.prod(stage.src_sizes):
         walks = [True] if stage.include_self else [False, True]
+    if stage.mean and walks:
+        # the values each element got, indexed as the output's storage
+        extent = _extent(stage.sizes, strides[out])
+        calls.append(
+            f"    p_{out}_count = torch.zeros({extent}, dtype=torch.int32, "
+            f"device=p_{out}.device)"
+        )
     for value in walks:
         walk_name = f"{name}_{'add' if value else 'zero'}"
         parts.append(_source_kernel(stage, kernel, strides, walk_name, value))
         calls.append(_source_launch(stage, walk_name, value))
+    if stage.mean and walks:
+        parts.append(_mean_kernel(stage, f"{name}_mean", extent))
+        block = min(BLOCK, pow2(extent))
+        calls.append(
+            f"    {name}_mean[({-(-extent // block)},)](p_{out}, p_{out}_count, "
+            f"num_warps={warps_for(block)})"
+        )
     params = [f"p_{r}" for r in kernel.reads] + [f"p_{out}"]
     oob = ", *oob" if checks_indices(kernel) else ""
     launcher = [f"def {name}({', '.join(params)}{oob}):", *calls]
@@ -130,6 +144,8 @@ def _source_kernel(
     value at its target atomically, without it writes a zero there."""
     reads = _source_reads(stage, value)
     params = [f"p_{r}" for r in reads] + [f"p_{stage.name}"]
+    if stage.mean and value:
+        params.append(f"p_{stage.name}_count")
     if _checks(stage, value):
         params.append("oob")
     n = math.prod(stage.src_sizes)
@@ -146,10 +162,16 @@ def _source_kernel(
         f"    mask = flat < {n}",
         *("    " + v for v in split_vars("r", 0, stage.src_sizes, "flat")),
     ]
-    target = f"p_{stage.name} + {group(body.offset(stage.name, stage.target, 'mask'))}"
+    at = group(body.offset(stage.name, stage.target, "mask"))
+    target = f"p_{stage.name} + {at}"
     if value:
         v = narrow(body.value(stage.value, "mask"), stage.dtype)
         body.lines.append(f"    tl.atomic_add({target}, {v}, mask=mask)")
+        if stage.mean:
+            body.lines.append(
+                f"    tl.atomic_add(p_{stage.name}_count + {at}, "
+                f"tl.full([{block}], 1, tl.int32), mask=mask)"
+            )
     else:
         zero = f"tl.zeros([{block}], {TL_TYPES[stage.dtype]})"
         body.lines.append(f"    tl.store({target}, {zero}, mask=mask)")
@@ -158,9 +180,9 @@ def _source_kernel(
         [
             "@triton.jit",
             f"def {kernel_name}({', '.join(params)}):",
-            f"    # {stage.name} = scatter_sum of {describe_origin(stage.origin)}: "
-            f"{what}",
-            f"    # {typed(params, kernel)}",
+            f"    # {stage.name} = scatter_{'mean' if stage.mean else 'sum'} of "
+            f"{describe_origin(stage.origin)}: {what}",
+            f"    # {typed(params, kernel, **{f'p_{stage.name}_count': torch.int32})}",
             *body.lines,
         ]
     )
@@ -168,6 +190,8 @@ def _source_kernel(
 
 def _source_launch(stage: Scatter, kernel_name: str, value: bool) -> str:
     args = [f"p_{r}" for r in _source_reads(stage, value)] + [f"p_{stage.name}"]
+    if stage.mean and value:
+        args.append(f"p_{stage.name}_count")
     if _checks(stage, value):
         args.append("*oob")
     n = math.prod(stage.src_sizes)
@@ -176,4 +200,35 @@ def _source_launch(stage: Scatter, kernel_name: str, value: bool) -> str:
     return (
         f"    {kernel_name}[({programs},)]({', '.join(args)}, "
         f"num_warps={warps_for(block)})"
+    )
+
+
+def _extent(sizes: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """How many elements of storage a tensor of these sizes and strides spans."""
+    return 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
+
+
+def _mean_kernel(stage: Scatter, kernel_name: str, extent: int) -> str:
+    """Each element divided by the number of values it got (self counting
+    as one), where it got any, as torch's mean: in the output's dtype."""
+    block = min(BLOCK, pow2(extent))
+    out = f"p_{stage.name}"
+    dtype = TL_TYPES[stage.dtype]
+    return "\n".join(
+        [
+            "@triton.jit",
+            f"def {kernel_name}({out}, {out}_count):",
+            f"    # {stage.name} = scatter_mean of {describe_origin(stage.origin)}: "
+            "divides by the count",
+            f"    # {out}: {dtype.removeprefix('tl.')}, {out}_count: int32",
+            f"    flat = tl.program_id(0).to(tl.int64) * {block} + "
+            f"tl.arange(0, {block}).to(tl.int64)",
+            f"    n = tl.load({out}_count + flat, mask=flat < {extent}, other=0) "
+            f"+ {int(stage.include_self)}",
+            f"    mask = (flat < {extent}) & (n > 0)",
+            f"    total = tl.load({out} + flat, mask=mask, other=0)",
+            # (lanes without values divide by one: no 0/0 even where masked)
+            f"    tl.store({out} + flat, total / tl.maximum(n, 1).to({dtype}), "
+            "mask=mask)",
+        ]
     )

@@ -10,8 +10,8 @@ A scan gets one program per row, a scatter one program walking its source
 in order (one that adds: atomic.py). Scalar ops map onto ``triton.language``;
 those without a core function are helpers in ``preamble.py``, as libdevice is
 not there under Triton's interpreter. What this target does not render yet (a
-scatter's mean, ``pow`` of float64 values) raises ``Unsupported``, and the
-graph then runs through torch.
+16-bit scatter's mean, ``pow`` of float64 values) raises ``Unsupported``, and
+the graph then runs through torch.
 """
 
 from __future__ import annotations
@@ -621,7 +621,7 @@ def _scatter(stage: Scatter, kernel: Kernel, scope: Scope) -> list[str]:
     exactly as torch's serial loop does. Correct first: on a GPU this is one
     program walking the whole source."""
     if stage.mean or stage.kind not in _COMBINE:
-        raise Unsupported("a scatter taking the mean")
+        raise Unsupported("a 16-bit scatter taking the mean")
     name = stage.name
     init = Pointwise(name, stage.sizes, stage.dtype, stage.init, stage.origin)
     lines = _pointwise(init, kernel, scope)
