@@ -20,17 +20,23 @@ def canonical(text: str, names: Iterable[str], comment: str) -> str:
     names = set(names)
     numbers: dict[str, int] = {}
 
+    def owner(token: str) -> str | None:
+        """The longest name the token is, or starts with before an underscore."""
+        if token in names:
+            return token
+        cut = token.rfind("_")
+        while cut > 0:
+            if token[:cut] in names:
+                return token[:cut]
+            cut = token.rfind("_", 0, cut)
+        return None
+
     def number(match: re.Match) -> str:
         token = match.group(0)
-        # the longest name the token is, or starts with before an underscore
-        owner = max(
-            (n for n in names if token == n or token.startswith(n + "_")),
-            key=len,
-            default=None,
-        )
-        if owner is None:
+        name = owner(token)
+        if name is None:
             return token
-        return f"@{numbers.setdefault(owner, len(numbers))}{token[len(owner) :]}"
+        return f"@{numbers.setdefault(name, len(numbers))}{token[len(name) :]}"
 
     code = "\n".join(line.split(comment)[0].rstrip() for line in text.split("\n"))
     return _IDENTIFIER.sub(number, code)

@@ -175,13 +175,19 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     inlined: dict[str, Pointwise] = {}
     views: dict[str, AliasView] = {}
     compute: list[Node] = []  # realized stages and externs, in order
+    computed_reads: set[str] = set()  # what they read (kept as compute grows)
+
+    def to_compute(node: Node) -> None:
+        compute.append(node)
+        computed_reads.update(_reads(node))
+
     realized: set[str] = set(lowered.inputs) | set(lowered.constants.values())
     copied: set[str] = set()  # inlined values read through an inlined copy
     for node in nodes:
         if isinstance(node, Input):
             continue
         if isinstance(node, Extern):
-            compute.append(node)
+            to_compute(node)
             realized.update(o for o in node.outputs if o)
             continue
         # A clone folded to a load, then viewed, would view the clone's source.
@@ -191,7 +197,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         original = node
         node = inline_loads(node, inlined)
         if isinstance(node, (Reduction, Scatter, Scan)):
-            compute.append(node)
+            to_compute(node)
             realized.add(node.name)
             continue
         as_tensor = node.name in needs_tensor
@@ -201,11 +207,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         may_alias = not through_copy or node.name not in outputs
         view = pure_view(node, lowered) if as_tensor and may_alias else None
         source = _copy_viewed(original, views, copied) if as_tensor else None
-        if (
-            view is None
-            and source is not None
-            and not any(source in _reads(c) for c in compute)
-        ):
+        if view is None and source is not None and source not in computed_reads:
             # A copy taken as a view of its own source (a clone of a permute)
             # and then viewed with split or merged dims (flattened for a
             # matmul) is no view of that source: compute the copy in its own
@@ -213,7 +215,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             # the source through divisions and modulos here. (Not once a step
             # before this one took the copy as that view.)
             del views[source]
-            compute.append(inlined.pop(source))
+            to_compute(inlined.pop(source))
             realized.add(source)
             node = inline_loads(original, inlined)
             view = pure_view(node, lowered) if may_alias else None
@@ -227,7 +229,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         elif as_tensor or (
             len(users.get(node.name, ())) > 1 and _size(node.expr) > RECOMPUTE_LIMIT
         ):
-            compute.append(node)
+            to_compute(node)
             realized.add(node.name)
             continue
         else:
