@@ -509,6 +509,28 @@ def test_max_values_without_indices_share_amax(cpp):
     assert "// buf1 = aten.max.dim" in compiled.cpp_source  # the copy names its op
 
 
+def test_a_view_of_a_shared_reduction_is_still_its_own_tensor(cpp):
+    """``x.amax(-1)`` and a view of ``x.max(-1).values`` are one reduction but
+    two tensors in eager; a reduction and a view of it are one tensor."""
+
+    def fn(x):
+        top = aten.amax.default(x, [-1])
+        shared = aten.sum.dim_IntList(x, [0])
+        return (
+            top,
+            aten.unsqueeze.default(aten.max.dim(x, -1)[0], -1),
+            shared,
+            aten.view.default(shared, [5, 1]),
+        )
+
+    x = torch.randn(4, 5)
+    compiled = cpp(fn, x)
+    check(compiled, fn, x)
+    top, values, shared, view = compiled(x)
+    assert top.untyped_storage().data_ptr() != values.untyped_storage().data_ptr()
+    assert shared.untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
+
+
 def test_outputs_computed_as_one_reduction_are_still_two_tensors(cpp):
     """``(x.sum(1), x.sum(1))`` reduces once, but returns two tensors, as eager
     does: writing into one leaves the other alone."""

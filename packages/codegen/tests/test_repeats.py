@@ -62,3 +62,20 @@ def test_a_repeated_kernel_that_checks_indices_reports_out_of_range(loops):
     first, second = (k.name for k in compiled.loops())
     assert _is_a_use_of(compiled, second, first)
     raises_like_torch(compiled, fn, w, torch.tensor([0, 5, 2, 1, 3, 6]), v)
+
+
+def test_kernels_on_other_dtypes_are_not_repeats(loops):
+    """The same loops over a float64 and an int64 input, each cast to float32:
+    Triton compiles a kernel per argument types, so they stay two."""
+
+    def fn(x, y, w):
+        a = aten.mul.Tensor(aten._to_copy.default(x, dtype=torch.float32), 2.0)
+        m = aten.mm.default(a, w)  # each cast gets its own kernel
+        b = aten.mul.Tensor(aten._to_copy.default(y, dtype=torch.float32), 2.0)
+        return (a, m, b)
+
+    x, y = torch.randn(8, 8, dtype=torch.float64), torch.randint(-9, 9, (8, 8))
+    w = torch.randn(8, 8)
+    compiled = loops(fn, x, y, w)
+    check(compiled, fn, x, y, w)
+    assert "the same" not in compiled.cpp_source

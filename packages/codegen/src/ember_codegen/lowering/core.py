@@ -303,7 +303,7 @@ def lower_graph(
     outputs: list[str | None] = []
     output_constants: dict[int, object] = {}
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    returned: dict[str, torch.fx.Node] = {}
+    returned: dict[str, torch.fx.Node] = {}  # by reduction: its first storage
     for i, value in enumerate(pytree.tree_leaves(out_node.args[0])):
         if isinstance(value, torch.fx.Node) and isinstance(env.get(value), TV):
             outputs.append(_own_output(lo, env[value], value, returned))
@@ -325,11 +325,15 @@ def _own_output(
     lo: Lowerer, tv: TV, node: torch.fx.Node, returned: dict[str, torch.fx.Node]
 ) -> str:
     """The IR name graph output ``node`` returns: ``tv``'s, or a copy's where
-    another output node got the same reduction (``Lowerer.reduction`` computes
-    a reduction made twice once, but eager returns two tensors: writing into
-    one must not change the other, nor a tensor saved for the backward)."""
-    first = returned.setdefault(tv.name, node)
-    if first is node or not isinstance(lo.nodes[tv.name], Reduction):
+    another output got the same reduction, or a view of it
+    (``Lowerer.reduction`` computes a reduction made twice once, but eager
+    returns two tensors: writing into one must not change the other, nor a
+    tensor saved for the backward). Outputs that are one tensor in eager (a
+    reduction and a view of it) stay one."""
+    reduced = _viewed(lo, tv.name)
+    storage = storage_root(node)
+    first = returned.setdefault(reduced, storage)
+    if first is storage or not isinstance(lo.nodes[reduced], Reduction):
         return tv.name
     strides = lo.specs[tv.name].strides
     op = node.args[0] if node.target is operator.getitem else node
@@ -450,6 +454,15 @@ def _lower_node(lo: Lowerer, node, env, meta, fallback_ops: set[str]) -> object:
             lo.nodes, lo.specs = checkpoint
     fallback_ops.add(str(node.target))
     return extern(lo, node.target, args, kwargs, fallback=True)
+
+
+def _viewed(lo: Lowerer, name: str) -> str:
+    """The IR node whose values ``name`` reads through views alone (itself
+    when it is no view)."""
+    node = lo.nodes[name]
+    while isinstance(node, Pointwise) and node.view and isinstance(node.expr, Load):
+        node = lo.nodes[node.expr.name]
+    return node.name
 
 
 def _items_read(node: torch.fx.Node) -> frozenset[int] | None:

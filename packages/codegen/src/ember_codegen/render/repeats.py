@@ -11,8 +11,8 @@ from collections.abc import Iterable
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-def canonical(text: str, names: Iterable[str], comment: str) -> str:
-    """``text`` without its comments (lines' tails from ``comment``), each of
+def canonical(text: str, names: Iterable[str], comment: str | None = None) -> str:
+    """``text`` without its comments (lines' tails from ``comment``, if given), each of
     ``names`` (the kernel's own, its buffers' and parameters') and every
     identifier made from one (``buf3_acc``) numbered in order of first use.
     Kernels with equal forms compute the same function of their arguments in
@@ -38,5 +38,6 @@ def canonical(text: str, names: Iterable[str], comment: str) -> str:
             return token
         return f"@{numbers.setdefault(name, len(numbers))}{token[len(name) :]}"
 
-    code = "\n".join(line.split(comment)[0].rstrip() for line in text.split("\n"))
-    return _IDENTIFIER.sub(number, code)
+    if comment is not None:
+        text = "\n".join(line.split(comment)[0].rstrip() for line in text.split("\n"))
+    return _IDENTIFIER.sub(number, text)

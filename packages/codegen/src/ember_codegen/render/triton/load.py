@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,12 +30,20 @@ def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | N
 
         folder = Path(compiled.cache_dir) / "tuning" if compiled.cache_dir else None
         kernels = {
-            name: Tuned(fn, compiled.kernel_source(name), folder)
+            name: Tuned(fn, _own_source(compiled, name), folder)
             if hasattr(fn, "__getitem__")
             else fn
             for name, fn in kernels.items()
         }
     return {**kernels, "launch_checked": launch_checked}, None
+
+
+def _own_source(compiled: CompiledGraph, name: str) -> str:
+    """Kernel ``name``'s source, and for a repeat (``kernel7 = kernel3``) the
+    source of the kernel it is, which the tuning key must cover."""
+    source = compiled.kernel_source(name)
+    same = re.search(rf"^{re.escape(name)} = (\w+)$", source, re.M)
+    return source + compiled.kernel_source(same.group(1)) if same else source
 
 
 def launch_checked(launch: Callable, *args: torch.Tensor, **options: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 
 import torch
 
@@ -36,7 +37,11 @@ def emit_source(kernels: list[Kernel], strides, title: str) -> str:
             emit = emit_atomic_scatter
         text = emit(k, strides)
         names = {k.name, *k.reads, *(s.name for s in k.stages)}
-        form = canonical(text, names | {f"p_{n}" for n in names}, "#")
+        names |= {f"p_{n}" for n in names}
+        # the parameters' dtypes are comments here (Triton compiles a kernel
+        # per argument types): part of the form, so a repeat has the same
+        types = "\n".join(re.findall(r"^ *# (p_\w+: .*)$", text, re.M))
+        form = canonical(text, names, "#") + canonical(types, names)
         same = first.setdefault(form, k)
         if same is not k:  # a repeated layer's: Triton compiles the first once
             text = (
