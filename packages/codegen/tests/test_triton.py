@@ -308,6 +308,21 @@ LONG_REDUCTIONS = {
         lambda h: (aten.sum.default(aten.mul.Tensor(h, h), dtype=torch.float32),),
         lambda: (_randn(30_000, dtype=torch.bfloat16),),
     ),
+    # later pointwise stages run in the final program, after the fold
+    "mean (a sum, then a division)": (
+        lambda x: (aten.mean.default(x),),
+        lambda: (_randn(100_003),),
+    ),
+    "a sum, and stages over each row's sum and the rows": (
+        lambda y: (
+            aten.sum.dim_IntList(y, [1]),
+            aten.mul.Tensor(aten.sum.dim_IntList(y, [1], True), 0.5),
+            aten.add.Tensor(
+                aten.expand.default(aten.sum.dim_IntList(y, [1], True), [3, 7]), 1.0
+            ),
+        ),
+        lambda: (_randn(3, 20_000),),
+    ),
 }
 
 

@@ -404,7 +404,7 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         if any(ld.name in written for e in exprs(stage) for ld in loads(e)):
             lines.append("    tl.debug_barrier()  # reads what this program stored")
         if isinstance(stage, Pointwise):
-            lines += _pointwise(stage, kernel, scope)
+            lines += pointwise_stage(stage, kernel, scope)
         elif isinstance(stage, Reduction):
             lines += _reduction(stage, kernel, scope)
         elif isinstance(stage, Scan) and len(kernel.stages) == 1:
@@ -418,7 +418,8 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pointwise(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]:
+def pointwise_stage(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]:
+    """A pointwise stage's loop over the dims its kernel's program walks."""
     if stage.name not in kernel.stored:
         raise Unsupported("a pointwise stage kept in registers")
     if stage.sizes[: len(kernel.outer)] != kernel.outer:
@@ -624,7 +625,7 @@ def _scatter(stage: Scatter, kernel: Kernel, scope: Scope) -> list[str]:
         raise Unsupported("a 16-bit scatter taking the mean")
     name = stage.name
     init = Pointwise(name, stage.sizes, stage.dtype, stage.init, stage.origin)
-    lines = _pointwise(init, kernel, scope)
+    lines = pointwise_stage(init, kernel, scope)
     lines.append("    tl.debug_barrier()  # the source's writes follow the init")
     n = math.prod(stage.src_sizes)
     lanes = frozenset(f"r{d}" for d in range(len(stage.src_sizes)))

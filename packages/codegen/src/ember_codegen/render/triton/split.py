@@ -2,14 +2,16 @@
 gradient's norm): one program per row would walk all its blocks alone and
 leave the GPU idle. Instead ``kernelN_parts`` gives each row ``parts``
 programs, each folding a contiguous share of the blocks into a partial value,
-and ``kernelN_final`` folds a row's partials; ``kernelN``, plain Python in the
-module, allocates the partials and launches both."""
+and ``kernelN_final`` folds a row's partials, then runs the kernel's later
+pointwise stages for the row (a mean's division, a loss's scaling);
+``kernelN``, plain Python in the module, allocates the partials and launches
+both."""
 
 from __future__ import annotations
 
 import math
 
-from ...ir.nodes import ReduceKind, Reduction, describe_origin
+from ...ir.nodes import Pointwise, ReduceKind, Reduction, describe_origin, loads
 from ...scheduling.fusion import Kernel
 from .kernels import (
     BLOCK,
@@ -19,6 +21,7 @@ from .kernels import (
     fold,
     identity_of,
     partial_dtype,
+    pointwise_stage,
     pow2,
     rounded,
     split_vars,
@@ -40,13 +43,15 @@ _FOLDS = (ReduceKind.SUM, ReduceKind.PROD, ReduceKind.MAX, ReduceKind.MIN)
 
 def split_parts(kernel: Kernel) -> int:
     """Programs per row for ``kernel`` in the two-stage form; 1 for a kernel
-    that keeps one program per row (anything but a lone sum, product, max
-    or min reduction, one without index checks, long enough and with few
-    enough rows)."""
-    if len(kernel.stages) != 1 or checks_indices(kernel):
+    that keeps one program per row (anything but a sum, product, max or min
+    reduction followed by pointwise stages only, without index checks, long
+    enough and with few enough rows)."""
+    if checks_indices(kernel):
         return 1
-    stage = kernel.stages[0]
+    stage, *after = kernel.stages
     if not isinstance(stage, Reduction) or stage.kind not in _FOLDS:
+        return 1
+    if not all(isinstance(s, Pointwise) for s in after):
         return 1
     rows = math.prod(kernel.outer)
     blocks = -(-math.prod(stage.reduce_sizes) // BLOCK)
@@ -59,7 +64,7 @@ def split_parts(kernel: Kernel) -> int:
 def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     """The two ``@triton.jit`` functions and the launcher of a kernel that
     ``split_parts`` splits."""
-    (stage,) = kernel.stages
+    stage, *after = kernel.stages
     parts, rows = split_parts(kernel), math.prod(kernel.outer)
     n = math.prod(stage.reduce_sizes)
     blocks = -(-n // BLOCK)
@@ -84,11 +89,14 @@ def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     ]
     result = f"{stage.name}_val"
     width = pow2(parts)
+    outs = [f"p_{s.name}" for s in kernel.stages if s.name in kernel.stored]
+    params = ["p_part", *reads, *outs]
+    scope = Scope(dict(strides))
     second = [
         "@triton.jit",
-        f"def {name}_final(p_part, p_{stage.name}):",
+        f"def {name}_final({', '.join(params)}):",
         f"    # {stage.name} = {stage.kind.value} of {what}: a row's parts",
-        f"    # {typed(['p_part', f'p_{stage.name}'], kernel, p_part=acc_dtype)}",
+        f"    # {typed(params, kernel, p_part=acc_dtype)}",
         "    pid = tl.program_id(0).to(tl.int64)",
         *("    " + v for v in split_vars("i", 0, kernel.outer, "pid")),
         f"    k = tl.arange(0, {width})",
@@ -96,14 +104,22 @@ def emit_split(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
         f"mask=k < {parts}, other={identity_of(stage.kind, stage.acc_dtype)})",
         *fold(stage, f"{stage.name}_acc", result),
         *rounded(stage, result),
-        *store_result(stage, kernel, Scope(dict(strides)), result),
+        *store_result(stage, kernel, scope, result),
     ]
+    written = {stage.name} & kernel.stored
+    for later in after:  # as the one-program form runs them
+        if any(ld.name in written for ld in loads(later.expr)):
+            second.append("    tl.debug_barrier()  # reads what this program stored")
+        second += pointwise_stage(later, kernel, scope)
+        written |= {later.name} & kernel.stored
     launcher = [
         f"def {name}(*args):",
+        f"    reads, outs = args[:{len(reads)}], args[{len(reads)}:]",
         f"    part = torch.empty({rows * parts}, dtype={acc_dtype}, "
         "device=args[0].device)",
-        f"    {name}_parts[({rows * parts},)](*args[:-1], part, "
+        f"    {name}_parts[({rows * parts},)](*reads, part, "
         f"num_warps={warps_for(BLOCK)})",
-        f"    {name}_final[({rows},)](part, args[-1], num_warps={warps_for(width)})",
+        f"    {name}_final[({rows},)](part, *reads, *outs, "
+        f"num_warps={warps_for(width)})",
     ]
     return "\n".join([*first, "", "", *second, "", "", *launcher]) + "\n"
