@@ -647,33 +647,18 @@ def test_argmax_argmin_first_index_nan_and_ties(loops, dtype, length):
     assert lowered(compiled)
 
 
+@pytest.mark.parametrize("indices", [True, False], ids=["with indices", "values alone"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool], ids=str)
-def test_max_min_dim_values_and_indices(loops, dtype):
-    def fn(x, s):
-        outs = []
-        for op in (aten.max.dim, aten.min.dim):
-            for args in ((x, 1), (x, 0, True), (aten.t.default(x), 1), (s, 0)):
-                out = op(*args)
-                outs += [out[0], out[1]]
-        return tuple(outs)
-
-    x = tied(5, 37, dtype=dtype) if dtype != torch.bool else torch.rand(5, 37) > 0.7
-    s = torch.tensor(1, dtype=dtype)  # 0-d
-    compiled = loops(fn, x, s)
-    check(compiled, fn, x, s)
-    assert lowered(compiled)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool], ids=str)
-def test_max_min_dim_values_alone(loops, dtype):
-    """``x.max(d).values`` with its indices unread is lowered as amax (the
+def test_max_min_dim_values_and_indices(loops, dtype, indices):
+    """Without its indices read, ``x.max(d).values`` is lowered as amax (the
     same values, NaN included)."""
 
     def fn(x, s):
         outs = []
         for op in (aten.max.dim, aten.min.dim):
             for args in ((x, 1), (x, 0, True), (aten.t.default(x), 1), (s, 0)):
-                outs.append(op(*args)[0])
+                out = op(*args)
+                outs += [out[0], out[1]] if indices else [out[0]]
         return tuple(outs)
 
     x = tied(5, 37, dtype=dtype) if dtype != torch.bool else torch.rand(5, 37) > 0.7
