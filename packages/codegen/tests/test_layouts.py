@@ -142,3 +142,20 @@ def test_a_view_of_a_torch_op_result_reads_it_in_its_real_strides(loops):
     x = torch.randn(3, 3)
     # The values; the strides are the meta kernel's (eager's V is row-major).
     torch.testing.assert_close(loops(fn, x)(x), fn(x))
+
+
+def test_an_output_expanded_along_its_last_dims_is_computed(loops):
+    """A second output that expands a reduction another output returns gets
+    its own memory, laid out as eager's view (stride 0 along the expanded
+    dims): every position of a block writes the same address."""
+
+    def fn(x):
+        total = aten.sum.dim_IntList(x, [1])
+        again = aten.unsqueeze.default(aten.sum.dim_IntList(x, [1]), 1)
+        return (total, aten.expand.default(again, [4, 5]))
+
+    x = torch.randn(4, 5)
+    compiled = loops(fn, x)
+    check(compiled, fn, x)
+    total, expanded = compiled(x)
+    assert total.untyped_storage().data_ptr() != expanded.untyped_storage().data_ptr()

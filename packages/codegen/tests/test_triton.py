@@ -348,6 +348,21 @@ def test_a_long_reduction_with_few_rows_runs_in_two_stages(name, tmp_path):
     check(compiled, fn, *make(), rtol=1e-5, atol=1e-4)
 
 
+def test_a_long_sum_read_by_a_later_stage_is_rounded_to_float32(tmp_path):
+    """A long float32 sum accumulates in float64; the stages after it read
+    the float32 value eager returns (a cast to bfloat16 of the float64 one
+    failed to compile)."""
+
+    def fn(x):
+        total = aten.sum.default(x)
+        return (aten._to_copy.default(total, dtype=torch.bfloat16), total)
+
+    x = _randn(100_000)
+    compiled = _compile(fn, [x], tmp_path)
+    assert compiled.target == "triton"
+    check(compiled, fn, x, rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("width, warps", [(64, 1), (300, 2), (1000, 4), (5000, 4)])
 def test_warps_follow_the_widest_block(width, warps, tmp_path):
     """One warp per 256 lanes of a kernel's widest block (docs/codegen.md)."""

@@ -17,6 +17,7 @@ the graph then runs through torch.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -439,8 +440,11 @@ def pointwise_stage(stage: Pointwise, kernel: Kernel, scope: Scope) -> list[str]
     value = body.value(stage.expr, "mask")
     out = Load(stage.name, _vars(stage.sizes, "i"), stage.dtype)
     offset = body.offset(stage.name, out.index, "mask")
-    if not inner:  # one element per program: a block of one address
-        offset = f"{offset} + tl.zeros([1], tl.int32)"
+    if not any(re.search(rf"\b{v}\b", offset) for v in lanes):
+        # one address for the whole block (one element per program, or an
+        # output expanded along the dims the block walks: stride 0): a block
+        # of it, as the mask is one
+        offset = f"{offset} + tl.zeros([{block}], tl.int32)"
     body.lines.append(
         f"        tl.store(p_{stage.name} + {group(offset)}, "
         f"{narrow(value, stage.dtype)}, mask=mask)"
@@ -541,10 +545,13 @@ def fold(stage: Reduction, acc: str, result: str) -> list[str]:
 
 
 def rounded(stage: Reduction, result: str) -> list[str]:
-    """Eager rounds a 16-bit reduction's result; a later stage reads that."""
-    if stage.dtype not in HALF_TYPES:
-        return []
-    return [f"    {result} = {narrow(result, stage.dtype)}.to(tl.float32)"]
+    """Eager rounds a reduction's result to its dtype (a 16-bit one; float32
+    from a long sum's float64 accumulator); a later stage reads that."""
+    if stage.dtype in HALF_TYPES:
+        return [f"    {result} = {narrow(result, stage.dtype)}.to(tl.float32)"]
+    if stage.dtype == torch.float32 and stage.acc_dtype == torch.float64:
+        return [f"    {result} = {result}.to(tl.float32)"]
+    return []
 
 
 _NEG_ZERO = 'float("-0.0")'
