@@ -38,8 +38,9 @@ def emit_source(kernels: list[Kernel], strides, title: str) -> str:
         text = emit(k, strides)
         names = {k.name, *k.reads, *(s.name for s in k.stages)}
         names |= {f"p_{n}" for n in names}
-        # the parameters' dtypes are comments here (Triton compiles a kernel
-        # per argument types): part of the form, so a repeat has the same
+        # the parameters' dtypes are a comment here, and Triton compiles a
+        # kernel per argument types: they are part of the form, so a repeat
+        # takes the dtypes its kernel was compiled for
         types = "\n".join(re.findall(r"^ *# (p_\w+: .*)$", text, re.M))
         form = canonical(text, names, "#") + canonical(types, names)
         same = first.setdefault(form, k)
