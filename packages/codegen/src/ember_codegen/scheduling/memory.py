@@ -42,12 +42,17 @@ class MemoryPlan:
 MIN_REUSE_BYTES = 1024 * 1024
 
 
+def span(sizes: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """Elements of storage a tensor of these sizes and strides spans from its
+    first element (0 when it has none)."""
+    if any(s == 0 for s in sizes):
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
+
+
 def nbytes(spec: TensorSpec) -> int:
     """Bytes a tensor with this layout spans from its first element."""
-    if any(s == 0 for s in spec.sizes):
-        return 0
-    extent = 1 + sum((n - 1) * st for n, st in zip(spec.sizes, spec.strides))
-    return extent * spec.dtype.itemsize
+    return span(spec.sizes, spec.strides) * spec.dtype.itemsize
 
 
 def _step_uses(step) -> list[str]:

@@ -31,6 +31,7 @@ from ...ir.nodes import (
     walk,
 )
 from ...scheduling.fusion import Kernel
+from ...scheduling.memory import span
 from ..repeats import canonical
 from .build import KERNEL_BREAK
 from .expr import (
@@ -446,11 +447,7 @@ def _scatter(stage: Scatter, scope: Scope, indent: str, parallel: bool) -> list[
     inner = indent + "  "
     init_team = "" if parallel else None
     lines += _store_loop(name, stage.sizes, 0, stage.init, scope, indent, init_team)
-    extent = (
-        1 + sum((n - 1) * st for n, st in zip(stage.sizes, scope.strides[name]))
-        if numel(stage.sizes)
-        else 0
-    )
+    extent = span(stage.sizes, scope.strides[name])
     if stage.mean:
         lines.append(f"{inner}int64_t* {name}_count = new int64_t[{extent}]();")
     split = _free_dim(stage) if numel(stage.src_sizes) >= PARALLEL_MIN_WORK else None

@@ -26,6 +26,7 @@ from ...ir.nodes import (
     walk,
 )
 from ...scheduling.fusion import Kernel
+from ...scheduling.memory import span
 from .kernels import (
     BLOCK,
     TL_TYPES,
@@ -82,7 +83,7 @@ def emit_atomic_scatter(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> 
         walks = [True] if stage.include_self else [False, True]
     if stage.mean and walks:
         # the values each element got, indexed as the output's storage
-        extent = _extent(stage.sizes, strides[out])
+        extent = span(stage.sizes, strides[out])
         calls.append(
             f"    p_{out}_count = torch.zeros({extent}, dtype=torch.int32, "
             f"device=p_{out}.device)"
@@ -142,10 +143,7 @@ def _source_kernel(
 ) -> str:
     """Blocks of the source side by side: with ``value`` each lane adds its
     value at its target atomically, without it writes a zero there."""
-    reads = _source_reads(stage, value)
-    params = [f"p_{r}" for r in reads] + [f"p_{stage.name}"]
-    if stage.mean and value:
-        params.append(f"p_{stage.name}_count")
+    params = _walk_buffers(stage, value)
     if _checks(stage, value):
         params.append("oob")
     n = math.prod(stage.src_sizes)
@@ -188,10 +186,17 @@ def _source_kernel(
     )
 
 
-def _source_launch(stage: Scatter, kernel_name: str, value: bool) -> str:
-    args = [f"p_{r}" for r in _source_reads(stage, value)] + [f"p_{stage.name}"]
+def _walk_buffers(stage: Scatter, value: bool) -> list[str]:
+    """The buffers a walk over the source takes, as the launcher names them:
+    what it reads, the output, and for a mean's adding walk the counts."""
+    names = [*_source_reads(stage, value), stage.name]
     if stage.mean and value:
-        args.append(f"p_{stage.name}_count")
+        names.append(f"{stage.name}_count")
+    return [f"p_{n}" for n in names]
+
+
+def _source_launch(stage: Scatter, kernel_name: str, value: bool) -> str:
+    args = _walk_buffers(stage, value)
     if _checks(stage, value):
         args.append("*oob")
     n = math.prod(stage.src_sizes)
@@ -201,11 +206,6 @@ def _source_launch(stage: Scatter, kernel_name: str, value: bool) -> str:
         f"    {kernel_name}[({programs},)]({', '.join(args)}, "
         f"num_warps={warps_for(block)})"
     )
-
-
-def _extent(sizes: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    """How many elements of storage a tensor of these sizes and strides spans."""
-    return 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
 
 
 def _mean_kernel(stage: Scatter, kernel_name: str, extent: int) -> str:
