@@ -220,6 +220,29 @@ def test_a_transposed_result_loops_innermost_along_its_contiguous_dim(cpp):
     assert compiled(k)[0].stride() == fn(k)[0].stride()
 
 
+def test_per_channel_vectors_do_not_pull_their_dim_inside(cpp):
+    """BatchNorm's backward reads five per-channel vectors beside two whole
+    NCHW tensors: the vectors step by one along the channels but span 16
+    floats, which stay in cache whichever loop runs inside, so the loop over
+    the image's rows (contiguous in the tensors) stays innermost."""
+
+    def fn(x, g, a, b, c, d, e):
+        def per_channel(v):
+            return aten.view.default(v, [16, 1, 1])
+
+        y = aten.mul.Tensor(aten.sub.Tensor(x, per_channel(a)), per_channel(b))
+        y = aten.add.Tensor(aten.mul.Tensor(y, per_channel(c)), per_channel(d))
+        return (aten.mul.Tensor(aten.sub.Tensor(g, y), per_channel(e)),)
+
+    inputs = [torch.randn(2, 16, 8, 8), torch.randn(2, 16, 8, 8)]
+    inputs += [torch.randn(16) for _ in range(5)]
+    compiled = cpp(fn, *inputs)
+    check(compiled, fn, *inputs)
+    source = compiled.cpp_source
+    inner = source.index("for (int64_t i3 = 0; i3 < 8; ++i3)")
+    assert source.index("for (int64_t i1 = 0; i1 < 16; ++i1)") < inner
+
+
 def test_a_column_result_keeps_its_loop_on_the_thread_team(cpp):
     """A (n, 1) result of a transposed row: moving its only long dim inside
     would take the loop off the OpenMP team, so the logical order stays."""

@@ -808,6 +808,51 @@ def test_pooling_a_fused_epilogue_runs_by_columns(loops):
         assert "ember_min(t" not in compiled.cpp_source  # no clamped positions
 
 
+def test_an_overlapping_window_reads_its_costly_input_stored_once(loops):
+    """A 3x3 pool with stride 2 reads most of its input two or four times: the
+    BatchNorm + ReLU before it is computed once into a buffer (one kernel),
+    not again at every read inside the window loop. The values are the
+    elements at the argmax positions, so values and indices agree."""
+
+    def fn(x, mean, var):
+        y = aten.relu.default(
+            aten.add.Tensor(
+                aten.mul.Tensor(
+                    aten.sub.Tensor(x, aten.view.default(mean, [8, 1, 1])),
+                    aten.rsqrt.default(aten.view.default(var, [8, 1, 1])),
+                ),
+                0.5,
+            )
+        )
+        out = aten.max_pool2d_with_indices.default(y, [3, 3], [2, 2], [1, 1])
+        return (out[0], out[1])
+
+    x, mean, var = torch.randn(2, 8, 12, 12), torch.randn(8), torch.rand(8) + 0.5
+    compiled = loops(fn, x, mean, var)
+    assert lowered(compiled)
+    check(compiled, fn, x, mean, var)
+    names = [k.name for k in compiled.loops()]
+    pool = [k for k in names if "argmax_last_nan" in compiled.kernel_source(k)]
+    assert len(pool) == 1
+    source = compiled.kernel_source(pool[0])
+    assert "sqrt" not in source and "rsqrt" not in source
+    assert " max of" not in source  # the values are read at the positions
+
+
+def test_a_short_window_pools_without_clamping_cost_in_a_cheap_input(loops):
+    """A cheap input (one op) stays inlined into the window: storing it would
+    cost more than recomputing it."""
+
+    def fn(x):
+        y = aten.mul.Tensor(x, 2.0)
+        return (aten.max_pool2d_with_indices.default(y, [3, 3], [2, 2], [1, 1])[0],)
+
+    x = torch.randn(2, 4, 9, 9)
+    compiled = loops(fn, x)
+    check(compiled, fn, x)
+    assert len(compiled.loops()) == 1
+
+
 def test_max_pool2d_with_dilation_runs_through_torch(loops):
     def fn(x):
         out = aten.max_pool2d_with_indices.default(x, [3, 3], [1, 1], [1, 1], [2, 2])

@@ -246,12 +246,19 @@ def var_step(flat: Index, name: str) -> int | None:
 
 
 def unit_stride_dim(flats: Sequence[Index], sizes: Sequence[int]) -> int:
-    """The loop dim (``i{d}``) along which the most of the flat offsets
-    ``flats`` step by exactly one element (they vectorize): the last dim,
-    unless another beats it; ties keep the last, and size-1 dims never win."""
+    """The loop dim (``i{d}``) along which the most memory the flat offsets
+    ``flats`` cover is read or written by steps of exactly one element (it
+    vectorizes): each offset counts the elements it spans over the loops (a
+    per-channel vector read inside a whole tensor's loops counts its channels,
+    not the tensor's size: it stays in cache whichever loop runs innermost).
+    The last dim, unless another beats it; ties keep the last, and size-1 dims
+    never win."""
+
+    def footprint(flat: Index) -> int:
+        return math.prod(n for d, n in enumerate(sizes) if var_step(flat, f"i{d}") != 0)
 
     def unit_steps(d: int) -> int:
-        return sum(var_step(flat, f"i{d}") == 1 for flat in flats)
+        return sum(footprint(f) for f in flats if var_step(f, f"i{d}") == 1)
 
     last = len(sizes) - 1
     best = max((d for d in range(last) if sizes[d] > 1), key=unit_steps, default=last)

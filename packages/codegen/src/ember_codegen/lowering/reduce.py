@@ -214,15 +214,15 @@ def _clamped(position: Index, size: int) -> Index:
 def _max_pool2d(
     lo: Lowerer, x: TV, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False
 ):
-    """The values as the max over each window (NaN if any is NaN, as torch), and
-    the indices as the argmax over it (of several NaNs the last, as torch): two
-    reductions, so that where only the values are used (inference) no argmax
-    is computed. A window position in the padding reads the nearest input row
-    or column instead of -inf: with unit dilation that element is in the same
-    window and comes first in scan order exactly where torch's first valid
-    element would, so values, ties and all -inf windows match torch. Windows
-    that never leave the input read it without clamping (plain strided loads,
-    which a kernel can run by columns)."""
+    """The indices as the argmax over each window (of several NaNs the last, as
+    torch) and the values as the elements there; where only the values are
+    read (inference), the max over each window (NaN if any is NaN) alone. A
+    window position in the padding reads the nearest input row or column
+    instead of -inf: with unit dilation that element is in the same window and
+    comes first in scan order exactly where torch's first valid element would,
+    so values, ties and all -inf windows match torch. Windows that never leave
+    the input read it without clamping (plain strided loads, which a kernel
+    can run by columns)."""
     kernel = _pair(kernel_size)
     step = _pair(stride) if stride else kernel
     pad = _pair(padding)
@@ -250,14 +250,17 @@ def _max_pool2d(
         return lo.load(x, at(index, *rindex))
 
     shape = list(values_meta.shape)
-    values = lo.reduction(
-        shape,
-        list(kernel),
-        ReduceKind.MAX,
-        x.dtype,
-        window,
-        strides=values_meta.stride(),
-    )
+    if lo.items_read == frozenset({0}):
+        # Nobody reads the indices (inference): the max alone.
+        values = lo.reduction(
+            shape,
+            list(kernel),
+            ReduceKind.MAX,
+            x.dtype,
+            window,
+            strides=values_meta.stride(),
+        )
+        return values, None
     position = lo.reduction(
         shape,
         list(kernel),
@@ -267,11 +270,19 @@ def _max_pool2d(
         acc_dtype=x.dtype,
     )
 
+    def found(index) -> tuple[Index, Index]:
+        window_size = kernel[0] * kernel[1]
+        at_max = Index(((Indirect(lo.load(position, index), window_size), 1),))
+        return at_max // kernel[1], at_max % kernel[1]
+
     def flat(index) -> Expr:
-        found = Index(((Indirect(lo.load(position, index), kernel[0] * kernel[1]), 1),))
-        *_, row, col = at(index, found // kernel[1], found % kernel[1])
+        *_, row, col = at(index, *found(index))
         return IndexValue(row * width + col)
 
+    # The values are the elements at the positions, as torch's are.
+    values = lo.pointwise(
+        shape, x.dtype, lambda index: window(index, found(index)), values_meta.stride()
+    )
     indices = lo.pointwise(indices_meta.shape, torch.int64, flat, indices_meta.stride())
     return values, indices
 

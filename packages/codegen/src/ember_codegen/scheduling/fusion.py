@@ -5,6 +5,7 @@ fused loop kernels, following the rules written down in docs/codegen.md
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from ..ir.indexing import (
@@ -15,11 +16,13 @@ from ..ir.indexing import (
     map_indirect,
     substitute,
     var,
+    var_step,
 )
 from ..ir.nodes import (
     Call,
     Expr,
     Extern,
+    IndexValue,
     Input,
     Load,
     LoweredGraph,
@@ -34,11 +37,19 @@ from ..ir.nodes import (
     map_expr,
     node_loads,
     refs,
+    walk,
 )
 
 # A pointwise value read by several consumers is recomputed in each (no buffer)
 # while its expression has at most this many ops; past that it is stored once.
 RECOMPUTE_LIMIT = 12
+
+# A pointwise value that one reduction reads more often than it has elements,
+# at points that move with the reduced range (a pooling window overlapping its
+# neighbours: 3x3 with stride 2 reads most elements two or four times), is
+# recomputed at every read when inlined, where no compiler can hoist it. Past
+# this many ops it is stored once instead.
+REREAD_LIMIT = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +162,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     by_name = {n.name: n for n in nodes if not isinstance(n, Extern)}
     outputs = {n for n in lowered.outputs if n}
     users = _users(nodes)
+    reread = _reread(nodes)
     needs_tensor = outputs | {
         n for e in nodes if isinstance(e, Extern) for n in _refs(e)
     }
@@ -226,8 +238,8 @@ def schedule(lowered: LoweredGraph) -> Schedule:
         ):
             views[node.name] = view
             inlined[node.name] = node
-        elif as_tensor or (
-            len(users.get(node.name, ())) > 1 and _size(node.expr) > RECOMPUTE_LIMIT
+        elif as_tensor or _worth_storing(
+            node, len(users.get(node.name, ())), node.name in reread
         ):
             to_compute(node)
             realized.add(node.name)
@@ -310,6 +322,46 @@ def _users(nodes: list[Node]) -> dict[str, set[str]]:
         for name in _reads(node):
             users.setdefault(name, set()).add(node.name)
     return users
+
+
+def _worth_storing(node: Pointwise, readers: int, reread: bool) -> bool:
+    """Whether computing ``node`` once into memory costs less than computing it
+    again at each of its reads (``RECOMPUTE_LIMIT``, ``REREAD_LIMIT``)."""
+    ops = _size(node.expr)
+    return (readers > 1 and ops > RECOMPUTE_LIMIT) or (reread and ops > REREAD_LIMIT)
+
+
+def _reread(nodes: list[Node]) -> set[str]:
+    """The pointwise nodes some reduction reads more times than they have
+    elements, counting only its loads whose index moves with the reduced range
+    (a load that does not is evaluated once per output element)."""
+    sizes = {n.name: n.sizes for n in nodes if isinstance(n, Pointwise)}
+    found = set()
+    for node in nodes:
+        if not isinstance(node, Reduction):
+            continue
+        reads: dict[str, int] = {}
+        reduced = [f"r{d}" for d in range(len(node.reduce_sizes))]
+        for ld in loads(node.expr):
+            if ld.name in sizes and any(_moves(i, reduced) for i in ld.index):
+                reads[ld.name] = reads.get(ld.name, 0) + 1
+        per_load = math.prod(node.sizes) * math.prod(node.reduce_sizes)
+        found.update(n for n, k in reads.items() if k * per_load > math.prod(sizes[n]))
+    return found
+
+
+def _moves(index: Index, names: list[str]) -> bool:
+    """Whether ``index`` changes with one of the loop variables ``names``, also
+    through the values of its indirect terms (a clamped window position)."""
+    if any(var_step(index, n) != 0 for n in names):
+        return True
+    for term in indirect_terms(index):
+        for x in walk(term.value):
+            if isinstance(x, IndexValue) and _moves(x.index, names):
+                return True
+            if isinstance(x, Load) and any(_moves(i, names) for i in x.index):
+                return True
+    return False
 
 
 def _outer_vars(outer: tuple[int, ...]) -> tuple[Index, ...]:

@@ -64,6 +64,8 @@ def lanes_for(size: int, varying: bool = False) -> int:
     ``varying`` sizes, ``VARYING_LANES`` for any short dim)."""
     if varying and size < LANES:
         return VARYING_LANES
+    if size < 4:
+        return 1
     return min(LANES, 1 << (max(size, 1).bit_length() - 1))
 
 
