@@ -196,6 +196,21 @@ def test_builtin_shadowed_by_a_global_fails_its_guard():
     assert not check.check({"x": torch.randn(3)})
 
 
+def test_each_builtin_the_code_reads_is_guarded_against_shadowing():
+    """Two builtins read through one globals dict: shadowing the second one
+    fails the guards too (they were keyed by the dict alone, and the second
+    guard was dropped)."""
+    namespace = {"torch": torch}
+    exec("def fn(x):\n    return x * len(x) + abs(-2)\n", namespace)
+    result = capture(namespace["fn"], torch.randn(3))
+    check = result.guard_checker()
+    assert check.check({"x": torch.randn(3)})
+    namespace["abs"] = lambda v: 100
+    assert check.failure({"x": torch.randn(3)}) == (
+        "G: a module global 'abs' now shadows the builtin"
+    )
+
+
 def test_transformed_code_has_the_original_signature():
     def fn(a, /, b, *args, c, d=2, **kwargs):
         return a + b + c

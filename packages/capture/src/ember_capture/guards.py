@@ -400,12 +400,15 @@ class GuardSet:
     """An ordered, de-duplicated set of guards."""
 
     def __init__(self, guards: Iterable[Guard] = ()) -> None:
-        self._guards: dict[tuple[GuardKind, Source | None], Guard] = {}
+        self._guards: dict[tuple, Guard] = {}
         for g in guards:
             self.add(g)
 
     def add(self, guard: Guard) -> None:
-        key = (guard.kind, guard.source)
+        key: tuple = (guard.kind, guard.source)
+        if guard.kind is GuardKind.KEY_NOT_IN:
+            # one dict, one guard per builtin name the code reads through it
+            key += (guard.expected,)
         known = self._guards.get(key)
         if guard.kind is GuardKind.SIZES and known is not None:
             # one guard holds every relation between sizes, from every stage
