@@ -293,7 +293,42 @@ def test_a_copy_viewed_flat_is_computed_in_its_own_layout(cpp):
     compiled = cpp(fn, *inputs)
     check(compiled, fn, *inputs)
     assert "%" not in compiled.cpp_source.split('extern "C"', 1)[1]
-    assert re.search(r"buf\d+\.as_strided\(\(256, 128\)", compiled.wrapper_source)
+    assert re.search(r"buf\d+\.view\(\(256, 128\)\)", compiled.wrapper_source)
+
+
+def test_a_projection_is_called_as_linear_on_the_unflattened_input(cpp):
+    """``mm(x.view(-1, d), w.t())`` of a row-major weight is the library call
+    ``F.linear(x, w)`` makes: the wrapper makes neither view, and the product
+    (read only by a kernel) keeps x's leading dims. Same bits as eager."""
+
+    def fn(x, w):
+        h = aten.mul.Tensor(x, 2.0)
+        flat = aten.view.default(h, [16, 32])
+        y = aten.mm.default(flat, aten.t.default(w))
+        return (aten.relu.default(y),)
+
+    x, w = torch.randn(2, 8, 32), torch.randn(24, 32)
+    compiled = cpp(fn, x, w)
+    assert "torch.nn.functional.linear(buf" in compiled.wrapper_source
+    assert "as_strided" not in compiled.wrapper_source
+    assert "view(" not in compiled.wrapper_source
+    assert torch.equal(compiled(x, w)[0], fn(x, w)[0])
+
+
+def test_a_projection_that_is_an_output_keeps_its_rows(cpp):
+    """The product returned to the caller has the mm's own shape: the linear
+    call takes the flat view, and only the weight's transpose is not made."""
+
+    def fn(x, w):
+        flat = aten.view.default(aten.mul.Tensor(x, 2.0), [16, 32])
+        return (aten.mm.default(flat, aten.t.default(w)),)
+
+    x, w = torch.randn(2, 8, 32), torch.randn(24, 32)
+    compiled = cpp(fn, x, w)
+    check(compiled, fn, x, w)
+    source = compiled.wrapper_source
+    assert re.search(r"linear\(buf\d+, w\)", source) and ".view((16, 32))" in source
+    assert "as_strided" not in source
 
 
 def test_a_copy_a_library_call_took_as_a_view_stays_one(cpp):
