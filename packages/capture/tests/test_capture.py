@@ -211,6 +211,35 @@ def test_each_builtin_the_code_reads_is_guarded_against_shadowing():
     )
 
 
+def test_one_module_global_read_by_several_inlined_functions_is_guarded_once():
+    """Two helpers of one module read its ``mode`` through their own
+    ``__globals__``: the one dict (a function's globals never change), so the
+    compiled check tests ``mode`` once, and still fails when it changes. Two
+    names of one function stay two guards: each pins its own name."""
+    namespace = {"torch": torch, "mode": "double"}
+    exec(
+        "def one(x):\n    return x * 2 if mode == 'double' else x\n"
+        "def two(x):\n    return x + 1 if mode == 'double' else x\n"
+        "def fn(x):\n    return first(x) + second(x)\n",
+        namespace,
+    )
+    namespace["first"], namespace["second"] = namespace["one"], namespace["two"]
+    result = capture(namespace["fn"], torch.randn(3))
+    check = result.guard_checker()
+    modes = [g for g in result.guards if g.source and "'mode'" in g.source.name()]
+    assert len(modes) == 2
+    assert len([g for g in check.guards if g in modes]) == 1
+    assert check.check({"x": torch.randn(3)})
+    namespace["mode"] = "single"
+    assert check.failure({"x": torch.randn(3)}) == (
+        "G['first'].__globals__['mode']: value changed from 'double' to 'single'"
+    )
+    namespace["mode"] = "double"
+    assert check.check({"x": torch.randn(3)})
+    namespace["second"] = namespace["one"]
+    assert not check.check({"x": torch.randn(3)})
+
+
 def test_transformed_code_has_the_original_signature():
     def fn(a, /, b, *args, c, d=2, **kwargs):
         return a + b + c

@@ -11,13 +11,21 @@ import enum
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from types import FunctionType
 from typing import Any, NamedTuple
 
 import torch
 from torch.nn.modules import module as nn_module
 
-from .source import MODULES_NAME, SharedReads, Source, key_text
+from .source import (
+    MODULES_NAME,
+    AttrSource,
+    ItemSource,
+    SharedReads,
+    Source,
+    key_text,
+)
 
 _MODULES = {MODULES_NAME: sys.modules}
 
@@ -450,12 +458,77 @@ def _reads(guards: Iterable[Guard]) -> Iterable[Source]:
                     yield from (source for _, source, _ in relation.reads)
 
 
+# Attributes of a function that no assignment changes: one function object has
+# one globals dict and one tuple of closure cells for as long as it lives.
+_FIXED_ATTRS = frozenset({"__globals__", "__closure__"})
+
+_FREE = object()  # ``distinct_guards``: no object is fixed for this source
+
+
+def distinct_guards(guards: Sequence[Guard]) -> tuple[Guard, ...]:
+    """``guards`` without those that check what an earlier one checks: the same
+    kind on a source that reads the same object at check time. A source passing
+    an ID_MATCH guard is that object (as is a function's ``__globals__`` or
+    ``__closure__`` item, once the function is), so every inlined function of
+    one module reads ``__globals__['torch']`` from the one dict, and every path
+    to the torch module reads ``.float16`` from the one module: one guard each
+    checks them all (a T5's 1182 guards had 88 on one enum's four members).
+    The guards kept imply the ones dropped, so the check answers the same."""
+    pinned = {g.source: g.expected for g in guards if g.kind is GuardKind.ID_MATCH}
+
+    def pin(source: Source, own: bool) -> object:
+        """The object ``source`` is whenever the guards hold, or ``_FREE``;
+        ``own``: the source's own ID_MATCH counts (not for the guard on it)."""
+        if own and source in pinned:
+            return pinned[source]
+        base = getattr(source, "base", None)
+        if base is None:
+            return _FREE
+        held = pin(base, True)
+        if held is _FREE:
+            return _FREE
+        if isinstance(source, AttrSource) and source.attr in _FIXED_ATTRS:
+            return getattr(held, source.attr) if type(held) is FunctionType else _FREE
+        if isinstance(source, ItemSource) and type(held) is tuple:
+            index = source.index
+            return (
+                held[index] if type(index) is int and 0 <= index < len(held) else _FREE
+            )
+        return _FREE
+
+    def key(source: Source, own: bool) -> object:
+        held = pin(source, own)
+        if held is not _FREE:
+            return ("object", id(held))
+        parts = [
+            key(value, True) if f.name == "base" else value
+            for f in fields(source)
+            for value in [getattr(source, f.name)]
+        ]
+        return (type(source), *parts)
+
+    kept: dict[tuple, Guard] = {}
+    for guard in guards:
+        where = None if guard.source is None else key(guard.source, False)
+        # what the guard compares the source with, where that is not implied
+        # by the object the source reads (a name, another source's object)
+        extra: tuple = ()
+        if guard.kind is GuardKind.KEY_NOT_IN:
+            extra = (guard.expected,)
+        elif guard.kind is GuardKind.SAME_OBJECT:
+            extra = (key(guard.expected, True),)
+        kept.setdefault((guard.kind, where, *extra), guard)
+    return tuple(kept.values())
+
+
 class GuardChecker:
-    """``check(L)`` is one generated boolean expression over the frame's locals."""
+    """``check(L)`` is one generated boolean expression over the frame's locals
+    (``distinct_guards`` of the guards: ``guards`` holds those it checks)."""
 
     def __init__(
         self, guards: tuple[Guard, ...], f_globals: dict, cells: CellView
     ) -> None:
+        guards = distinct_guards(guards)
         self.guards = guards
         self._g = f_globals
         self._c = cells
