@@ -331,6 +331,35 @@ def test_a_projection_that_is_an_output_keeps_its_rows(cpp):
     assert "as_strided" not in source
 
 
+def test_a_backward_matmul_takes_its_weight_and_input_as_they_are(cpp):
+    """A backward's ``mm(grad.view(-1, n), view(w))``: the weight's view is all
+    of it as it is (the weight itself), and the gradient is taken unflattened
+    by ``matmul`` (the same library call); no view is made in Python."""
+
+    def fn(g, w):
+        flat = aten.view.default(aten.mul.Tensor(g, 2.0), [16, 24])
+        y = aten.mm.default(flat, aten.view.default(w, [24, 32]))
+        return (aten.relu.default(y),)
+
+    g, w = torch.randn(2, 8, 24), torch.randn(24, 32)
+    compiled = cpp(fn, g, w)
+    source = compiled.wrapper_source
+    assert re.search(r"torch\.matmul\(buf\d+, w\)", source)
+    assert "view(" not in source and "as_strided" not in source
+    assert torch.equal(compiled(g, w)[0], fn(g, w)[0])
+
+
+def test_an_output_that_views_an_input_whole_is_a_tensor_of_its_own(cpp):
+    def fn(x):
+        return (aten.view.default(x, [4, 6]), aten.mul.Tensor(x, 2.0))
+
+    x = torch.randn(4, 6)
+    compiled = cpp(fn, x)
+    out = compiled(x)[0]
+    assert out is not x and out.data_ptr() == x.data_ptr()
+    check(compiled, fn, x)
+
+
 def test_a_copy_a_library_call_took_as_a_view_stays_one(cpp):
     """When a library call already took the copy as a view of its source, the
     flat view after it reads the source as it is (the copy has no memory)."""

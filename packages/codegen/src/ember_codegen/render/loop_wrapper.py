@@ -109,15 +109,16 @@ def emit_loop_wrapper(
                 kernel_uses[name] = kernel_uses.get(name, 0) + 1
     pointers: set[str] = set()
     given = set(params) | set(lowered.constants.values())  # the caller's tensors
-    linear = _linear_calls(schedule, specs, lowered.outputs)
-    # Views that only a linear call took are never made.
-    unused = {name for step in linear.values() for name in step.views} - {
+    outputs = {n for n in lowered.outputs if n}
+    products = _product_calls(schedule, specs, outputs)
+    # Views that only such calls took are never made.
+    unused = {name for step in products.values() for name in step.views} - {
         n
         for s in schedule.steps
-        if not (isinstance(s, Extern) and id(s) in linear)
+        if not (isinstance(s, Extern) and id(s) in products)
         for n in _uses(s)
     }
-    unused -= {n for n in lowered.outputs if n}
+    unused -= outputs
     body: list[str] = []
     if guard:
         body += [f"if not ({guard}):", f"    return fallback({', '.join(params)})"]
@@ -161,12 +162,9 @@ def emit_loop_wrapper(
                     "loop", step.name, _ops(step.origin), len(args), checked, moved
                 )
             )
-        elif isinstance(step, Extern) and id(step) in linear:
-            form = linear[id(step)]
-            body.append(
-                f"{step.outputs[0]} = torch.nn.functional.linear({form.input}, "
-                f"{form.weight})"
-            )
+        elif isinstance(step, Extern) and id(step) in products:
+            form = products[id(step)]
+            body.append(f"{step.outputs[0]} = {form.call}")
             kernels.append(
                 KernelInfo("extern", step.name, (str(step.op),), bytes=form.bytes)
             )
@@ -177,7 +175,8 @@ def emit_loop_wrapper(
             moved = sum(nbytes(specs[n]) for n in touched if n in specs)
             kernels.append(KernelInfo(kind, step.name, (str(step.op),), bytes=moved))
         elif step.name not in unused:
-            body.append(f"{step.name} = {_view(step, specs[step.base])}")
+            own = step.name in outputs  # (a new tensor, as eager's view is)
+            body.append(f"{step.name} = {_view(step, specs[step.base], own)}")
         if plan.frees.get(s):
             body.append(f"del {', '.join(plan.frees[s])}")
     results = []
@@ -200,28 +199,27 @@ def emit_loop_wrapper(
 
 
 @dataclass(frozen=True)
-class Linear:
-    """``mm(x, w.t())`` called as ``F.linear(input, weight)``: the same library
-    call (linear multiplies by the transposed weight, folding the leading dims
-    of a row-major input into rows), without making the views in Python first
-    (1.3 us each: two per matmul of a transformer's projection)."""
+class Product:
+    """An ``mm`` library call written as the same call made more cheaply:
+    ``mm(x, w.t())`` of a row-major weight as ``F.linear(x, w)`` (linear
+    multiplies by the transposed weight itself), and ``mm`` of a row-major
+    tensor viewed flat as ``linear`` or ``matmul`` of the tensor itself (both
+    fold its leading dims into rows, the product keeping them): the views are
+    never made in Python (about 1 us each, two per transformer projection)."""
 
-    input: str
-    weight: str
+    call: str
     views: tuple[str, ...]  # the views of the mm this call does not need
     bytes: int
 
 
-def _linear_calls(
-    schedule: Schedule, specs: dict[str, TensorSpec], outputs: list
-) -> dict[int, Linear]:
-    """The mm library calls (by ``id`` of the step) of a row-major weight's
-    transpose, and the form each is called in. The input is the mm's flat
-    view's own row-major tensor where nothing reads the product's shape (only
-    kernels and strided views read it: the product then has that tensor's
-    leading dims, in the same memory)."""
+def _product_calls(
+    schedule: Schedule, specs: dict[str, TensorSpec], outputs: set[str]
+) -> dict[int, Product]:
+    """The mm library calls (by ``id`` of the step) with a cheaper form. A
+    flat view's own tensor is taken only where nothing reads the product's
+    shape (kernels and strided views read its memory)."""
     views = {s.name: s for s in schedule.steps if isinstance(s, AliasView)}
-    shaped = {n for n in outputs if n} | {
+    shaped = outputs | {
         n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
     }
     found = {}
@@ -234,10 +232,17 @@ def _linear_calls(
         ):
             continue
         x, w = (a.name for a in step.args)
+        used = []
         transposed = views.get(w)
-        if transposed is None or not _transposes(transposed, specs[transposed.base]):
-            continue
-        used = [w]
+        if transposed is not None and _transposes(transposed, specs[transposed.base]):
+            w, function = transposed.base, "torch.nn.functional.linear"
+            used.append(transposed.name)
+        else:
+            function = "torch.matmul"
+            whole = views.get(w)
+            if whole is not None and _whole(whole, specs[whole.base]):
+                w = whole.base
+                used.append(whole.name)
         flat = views.get(x)
         if (
             flat is not None
@@ -246,16 +251,22 @@ def _linear_calls(
         ):
             x = flat.base
             used.append(flat.name)
-        moved = sum(nbytes(specs[n]) for n in (x, transposed.base, step.outputs[0]))
-        found[id(step)] = Linear(x, transposed.base, tuple(used), moved)
+        if not used:  # (a plain mm of tensors it takes as they are)
+            continue
+        moved = sum(nbytes(specs[n]) for n in (x, w, step.outputs[0]))
+        found[id(step)] = Product(f"{function}({x}, {w})", tuple(used), moved)
     return found
 
 
-def _view(view: AliasView, base: TensorSpec) -> str:
-    """The expression making ``view``: ``view`` where both are row-major (0.9
-    against 1.3 us for ``as_strided``), else ``as_strided``, from the base's
-    own offset when the view starts where the base does."""
+def _view(view: AliasView, base: TensorSpec, own: bool) -> str:
+    """The expression making ``view``: the base itself where the view is all of
+    it as it is (a weight seen as itself, as a backward's matmul takes it) and
+    need not be a tensor of its own (``own``), ``view`` where both are
+    row-major (0.9 against 1.3 us for ``as_strided``), else ``as_strided``,
+    from the base's own offset when the view starts where the base does."""
     sizes, strides = tuple(view.sizes), tuple(view.strides)
+    if _whole(view, base) and not own:
+        return view.base
     whole = math.prod(sizes) == math.prod(base.sizes)
     if view.offset == 0 and whole and _row_major(base) and strides == _rows(sizes):
         return f"{view.base}.view({sizes})"
@@ -263,6 +274,15 @@ def _view(view: AliasView, base: TensorSpec) -> str:
         return f"{view.base}.as_strided({sizes}, {strides})"
     offset = f"{view.base}.storage_offset() + {view.offset}"
     return f"{view.base}.as_strided({sizes}, {strides}, {offset})"
+
+
+def _whole(view: AliasView, base: TensorSpec) -> bool:
+    """Whether ``view`` is all of ``base``, as it is."""
+    return (
+        view.offset == 0
+        and tuple(view.sizes) == tuple(base.sizes)
+        and tuple(view.strides) == tuple(base.strides)
+    )
 
 
 def _row_major(spec: TensorSpec) -> bool:
