@@ -331,6 +331,51 @@ def test_a_projection_that_is_an_output_keeps_its_rows(cpp):
     assert "as_strided" not in source
 
 
+def test_a_product_another_call_reads_whole_keeps_its_rows(cpp):
+    """A view that is all of the product binds the product itself, so a
+    product some library call reads that way keeps the mm's own shape."""
+
+    def fn(x, w, b, w2):
+        flat = aten.view.default(aten.mul.Tensor(x, 2.0), [16, 32])
+        y = aten.mm.default(flat, aten.t.default(w))
+        z = aten.addmm.default(b, aten.view.default(y, [16, 24]), aten.t.default(w2))
+        return (aten.relu.default(y), z)
+
+    inputs = [torch.randn(2, 8, 32), torch.randn(24, 32)]
+    inputs += [torch.randn(5), torch.randn(5, 24)]
+    compiled = cpp(fn, *inputs)
+    check(compiled, fn, *inputs)
+
+
+# (input, the mm's rows made from it): the first rows of a buffer, and an
+# input whose size-1 dim has another stride than torch gives a new tensor
+ROWS = {
+    "first_rows": (
+        lambda: torch.randn(4, 16, 48),
+        lambda x: aten.select.int(aten.mul.Tensor(x, 2.0), 0, 0),
+    ),
+    "size_1_stride": (
+        lambda: torch.randn(64, 48, 1).transpose(1, 2),
+        lambda x: aten.view.default(x, [64, 48]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ROWS)
+def test_only_a_whole_row_major_tensor_is_taken_unflattened(cpp, case):
+    """Such rows are multiplied as the view they are: linear of the whole
+    tensor would multiply every row of it, or fold it another way."""
+    make, rows = ROWS[case]
+
+    def fn(x, w):
+        product = aten.mm.default(rows(x), aten.t.default(w))
+        return (aten.view.default(product, [-1]),)
+
+    x, w = make(), torch.randn(24, 48)
+    compiled = cpp(fn, x, w)
+    assert torch.equal(compiled(x, w)[0], fn(x, w)[0])
+
+
 def test_a_backward_matmul_takes_its_weight_and_input_as_they_are(cpp):
     """A backward's ``mm(grad.view(-1, n), view(w))``: the weight's view is all
     of it as it is (the weight itself), and the gradient is taken unflattened

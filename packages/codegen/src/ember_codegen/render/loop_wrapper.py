@@ -219,9 +219,11 @@ def _product_calls(
     flat view's own tensor is taken only where nothing reads the product's
     shape (kernels and strided views read its memory)."""
     views = {s.name: s for s in schedule.steps if isinstance(s, AliasView)}
+    # (a view that is all of its base binds the base itself: ``_view``)
     shaped = outputs | {
         n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
     }
+    shaped |= {v.base for v in views.values() if _whole(v, specs[v.base])}
     found = {}
     for step in schedule.steps:
         if not (
@@ -315,11 +317,13 @@ def _transposes(view: AliasView, base: TensorSpec) -> bool:
 
 
 def _flattens(view: AliasView, base: TensorSpec) -> bool:
-    """Whether ``view`` is a row-major ``base`` seen as rows of its last dim."""
+    """Whether ``view`` is all of a row-major ``base`` seen as rows of its last
+    dim (with the strides torch gives it: matmul folds only such a tensor)."""
     return (
         len(view.sizes) == 2
-        and _row_major(base)
+        and tuple(base.strides) == _rows(base.sizes)
         and view.offset == 0
+        and math.prod(view.sizes) == math.prod(base.sizes)
         and view.sizes[1] == base.sizes[-1]
         and view.strides == (base.sizes[-1], 1)
     )
