@@ -201,6 +201,23 @@ def test_builtin_shadowed_by_a_global_fails_its_guard(name):
     )
 
 
+def test_an_inlined_function_given_new_code_fails_its_guards():
+    """``helper.__code__ = ...`` keeps the function object, so its identity
+    guard still holds: its code is guarded too."""
+    namespace = {"torch": torch}
+    exec(
+        "def helper(x):\n    return x * 2\n"
+        "def other(x):\n    return x * 3\n"
+        "def fn(x):\n    return helper(x) + 1\n",
+        namespace,
+    )
+    result = capture(namespace["fn"], torch.randn(3))
+    check = result.guard_checker()
+    assert check.check({"x": torch.randn(3)})
+    namespace["helper"].__code__ = namespace["other"].__code__
+    assert check.failure({"x": torch.randn(3)}).startswith("G['helper'].__code__: ")
+
+
 def test_one_module_global_read_by_several_inlined_functions_is_guarded_once():
     """Two helpers of one module read its ``mode`` through their own
     ``__globals__``: the one dict (a function's globals never change), so the

@@ -22,6 +22,7 @@ from . import bytecode, kinds, opcodes  # noqa: F401 - kinds registers the value
 from .behaviour import parts, reachable
 from .call_routing import user_code
 from .errors import CaptureError
+from .guards import Guard, GuardKind
 from .marks import called_in_graph, never_captured
 from .output_graph import OutputGraph
 from .source import (
@@ -293,6 +294,10 @@ class Interpreter:
             raise self.unsupported(
                 f"calling {func.__qualname__}, reached in a way ember cannot guard"
             )
+        if source is not None:
+            # A function object keeps its identity when its code is replaced.
+            replaced = AttrSource(source, "__code__")
+            self.output.guards.add(Guard(GuardKind.ID_MATCH, replaced, func.__code__))
 
         def default(kind: str, key: int | str) -> Value:
             table = func.__defaults__ if kind == "__defaults__" else func.__kwdefaults__
