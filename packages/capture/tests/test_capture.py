@@ -2,6 +2,7 @@
 graph itself (no other stage) must return what eager returns."""
 
 import math
+import types
 
 import pytest
 import torch
@@ -245,6 +246,48 @@ def test_one_module_global_read_by_several_inlined_functions_is_guarded_once():
     assert check.check({"x": torch.randn(3)})
     namespace["second"] = namespace["one"]
     assert not check.check({"x": torch.randn(3)})
+
+
+_HELPERS = """
+mode = "double"
+def one(x):
+    return x * 2 if mode == "double" else x - 7
+def two(x):
+    return x * 3
+def swap():
+    global one
+    one = two
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # a ``global`` statement in the module's function, then an attribute read
+        "a = helpers.one(x)\n    helpers.swap()\n    return a + helpers.one(x)",
+        # an attribute write on the module, then its function's global read
+        "a = helpers.one(x)\n    helpers.mode = 'one'\n    return a + helpers.one(x)",
+    ],
+    ids=["global_statement", "attribute_write"],
+)
+def test_a_module_global_written_one_way_is_read_the_other(body):
+    """A module's globals are its attributes: a write either way is what a
+    later read either way sees, in the graph and after the call."""
+
+    def fresh():
+        helpers = types.ModuleType("helpers")
+        exec(_HELPERS, vars(helpers))
+        namespace = {"helpers": helpers}
+        exec(f"def fn(x):\n    {body}\n", namespace)
+        return namespace["fn"], helpers
+
+    x = torch.randn(3)
+    fn, helpers = fresh()
+    want, want_state = fn(x), (helpers.one.__name__, helpers.mode)
+    fn, helpers = fresh()
+    _, got = run_captured(fn, x)
+    torch.testing.assert_close(got, want)
+    assert (helpers.one.__name__, helpers.mode) == want_state
 
 
 def test_transformed_code_has_the_original_signature():

@@ -466,6 +466,9 @@ class OutputGraph:
         default ``target.value``), which later reads look the write up by."""
         owner = target.value if owner is None else owner
         self.attr_writes[(id(owner), name)] = value
+        if isinstance(owner, types.ModuleType):
+            # the module's own functions read the name as a global
+            self.global_writes[(id(vars(owner)), name)] = value
         self.side_effects.append(AttrWrite(target, name, value))
 
     def write_global(

@@ -91,7 +91,12 @@ def _object_attr(tx: Interpreter, obj: ObjectValue, name: str) -> Value:
         # A bound method-wrapper is a new object at every read: not guardable.
         return MethodValue(obj, name)
     if obj.source is not None:
-        written = tx.output.attr_writes.get((id(obj.value), name))
+        if isinstance(obj.value, types.ModuleType):
+            # where its functions' ``global`` statements write too (write_attr
+            # records a module's attributes there as well)
+            written = tx.output.global_writes.get((id(vars(obj.value)), name))
+        else:
+            written = tx.output.attr_writes.get((id(obj.value), name))
         if written is not None:
             return written
         return tx.output.wrap(getattr(obj.value, name), AttrSource(obj.source, name))
