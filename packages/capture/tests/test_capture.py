@@ -1,6 +1,7 @@
 """Capture on straight-line programs: the transformed function run with the captured
 graph itself (no other stage) must return what eager returns."""
 
+import builtins
 import math
 import types
 
@@ -200,6 +201,28 @@ def test_builtin_shadowed_by_a_global_fails_its_guard(name):
     assert check.failure({"x": torch.randn(3)}) == (
         f"G: a module global '{name}' now shadows the builtin"
     )
+
+
+def test_a_patched_builtin_fails_its_guard(monkeypatch):
+    namespace = {"torch": torch}
+    exec("def fn(x):\n    return x * abs(-2)\n", namespace)
+    result = capture(namespace["fn"], torch.randn(3))
+    check = result.guard_checker()
+    assert check.check({"x": torch.randn(3)})
+    monkeypatch.setattr(builtins, "abs", lambda v: 100)
+    assert check.failure({"x": torch.randn(3)}).startswith(
+        "sys.modules['builtins'].abs: object changed"
+    )
+
+
+def test_a_function_with_its_own_builtins_is_not_captured():
+    """Python reads a function's builtins from its globals' ``__builtins__``:
+    one of its own is not ember's to fold (the function runs as Python)."""
+    own = {**vars(builtins), "abs": lambda v: 100}
+    namespace = {"torch": torch, "__builtins__": own}
+    exec("def fn(x):\n    return x * abs(-2)\n", namespace)
+    with pytest.raises(CaptureError, match="'abs' of a function with its own"):
+        capture(namespace["fn"], torch.randn(3))
 
 
 def test_an_inlined_function_given_new_code_fails_its_guards():

@@ -233,6 +233,11 @@ class Interpreter:
             return self.output.wrap(self.f_globals[name], source)
         if not hasattr(builtins, name):
             raise self.unsupported(f"name {name!r} is not defined")
+        own = self.f_globals.get("__builtins__", builtins)
+        if own is not builtins and own is not vars(builtins):
+            raise self.unsupported(
+                f"reading the builtin {name!r} of a function with its own __builtins__"
+            )
         return self.output.wrap_builtin(name, self.globals_source)
 
     # -- inlining ----------------------------------------------------------------

@@ -48,6 +48,7 @@ from .source import (
     AttrSource,
     EntrySource,
     FloatTensorSource,
+    ImportSource,
     ItemSource,
     KeyedSource,
     KeySource,
@@ -290,9 +291,13 @@ class OutputGraph:
         self.guards.add(Guard(GuardKind.EQUALS_MATCH, source, (type(value), value)))
 
     def wrap_builtin(self, name: str, globals_source: Source | None) -> Value:
+        value = getattr(builtins, name)
         if globals_source is not None:
+            # no module global shadows it, and nobody patched the builtin
             self.guards.add(Guard(GuardKind.KEY_NOT_IN, globals_source, name))
-        return ObjectValue(getattr(builtins, name))
+            patched = AttrSource(ImportSource("builtins"), name)
+            self.guards.add(Guard(GuardKind.ID_MATCH, patched, value))
+        return ObjectValue(value)
 
     def wrap_trusted(self, value: object) -> Value:
         """A value from torch's own code, which ember assumes is not patched."""
