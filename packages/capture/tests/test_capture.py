@@ -3,6 +3,7 @@ graph itself (no other stage) must return what eager returns."""
 
 import builtins
 import math
+import sys
 import types
 
 import pytest
@@ -225,6 +226,22 @@ def test_a_function_with_its_own_builtins_is_not_captured():
         capture(namespace["fn"], torch.randn(3))
 
 
+def test_a_copy_of_the_builtins_holding_the_real_ones_is_captured():
+    """torch.package gives each module a copy of the builtins with its own
+    ``__import__``: the builtins it holds as they are are read, and guarded
+    there too."""
+    own = {**vars(builtins), "__import__": lambda *a, **k: None}
+    namespace = {"torch": torch, "__builtins__": own}
+    exec("def fn(x):\n    return x * abs(-2)\n", namespace)
+    x = torch.randn(3)
+    result, got = run_captured(namespace["fn"], x)
+    torch.testing.assert_close(got, x * 2)
+    check = result.guard_checker()
+    assert check.check({"x": x})
+    own["abs"] = lambda v: 100
+    assert not check.check({"x": x})
+
+
 def test_an_inlined_function_given_new_code_fails_its_guards():
     """``helper.__code__ = ...`` keeps the function object, so its identity
     guard still holds: its code is guarded too."""
@@ -311,6 +328,27 @@ def test_a_module_global_written_one_way_is_read_the_other(body):
     _, got = run_captured(fn, x)
     torch.testing.assert_close(got, want)
     assert (helpers.one.__name__, helpers.mode) == want_state
+
+
+def test_a_global_written_in_a_module_imported_inside_the_function(monkeypatch):
+    """The write is replayed into the module's globals as the import found
+    them (the replay named the modules table without binding it)."""
+    helpers = types.ModuleType("ember_test_helpers")
+    exec(
+        "mode = 'double'\ndef set_mode(m):\n    global mode\n    mode = m\n",
+        vars(helpers),
+    )
+    monkeypatch.setitem(sys.modules, "ember_test_helpers", helpers)
+    namespace = {"torch": torch}
+    exec(
+        "def fn(x):\n    import ember_test_helpers\n"
+        "    ember_test_helpers.set_mode('minus')\n    return x * 2\n",
+        namespace,
+    )
+    x = torch.randn(3)
+    _, got = run_captured(namespace["fn"], x)
+    torch.testing.assert_close(got, x * 2)
+    assert helpers.mode == "minus"
 
 
 def test_transformed_code_has_the_original_signature():

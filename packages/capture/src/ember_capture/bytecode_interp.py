@@ -234,10 +234,17 @@ class Interpreter:
         if not hasattr(builtins, name):
             raise self.unsupported(f"name {name!r} is not defined")
         own = self.f_globals.get("__builtins__", builtins)
-        if own is not builtins and own is not vars(builtins):
+        if own is builtins or own is vars(builtins):
+            return self.output.wrap_builtin(name, self.globals_source)
+        # Globals with builtins of their own (torch.package gives each module
+        # a copy with its own __import__): the real builtin where they hold it.
+        if type(own) is not dict or own.get(name) is not getattr(builtins, name):
             raise self.unsupported(
                 f"reading the builtin {name!r} of a function with its own __builtins__"
             )
+        if self.globals_source is not None:
+            entry = ItemSource(ItemSource(self.globals_source, "__builtins__"), name)
+            self.output.guards.add(Guard(GuardKind.ID_MATCH, entry, own[name]))
         return self.output.wrap_builtin(name, self.globals_source)
 
     # -- inlining ----------------------------------------------------------------

@@ -161,7 +161,9 @@ class Emitter:
                 args += [f"{k}={self.expr(v)}" for k, v in effect.kwargs.items()]
                 self.body.append(f"{self.expr(effect.fn)}({', '.join(args)})")
             elif isinstance(effect, GlobalWrite):
-                target = effect.globals_source.code()
+                # (the dict as found before the writes: read through an import,
+                # the code needs the modules cell)
+                target = self.read(effect.globals_source)
                 value = self.expr(effect.value)
                 self.body.append(f"{target}[{effect.name!r}] = {value}")
             elif isinstance(effect.container, ListValue):
