@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_tree_equal
 
+import ember_capture
 from ember_capture import CaptureError, GuardKind, capture
 
 SCALE = 2.0
@@ -349,6 +350,29 @@ def test_a_global_written_in_a_module_imported_inside_the_function(monkeypatch):
     _, got = run_captured(namespace["fn"], x)
     torch.testing.assert_close(got, x * 2)
     assert helpers.mode == "minus"
+
+
+def test_a_module_namespace_is_not_read_as_a_dict():
+    """``helpers.__dict__['k'] = 5`` then a helper reading ``k``: capture
+    tracks a module's globals by name, so its namespace read as a dict is left
+    to Python (the helper read the old ``k``)."""
+    helpers = types.ModuleType("helpers")
+    exec("k = 1\ndef get():\n    return k\n", vars(helpers))
+    namespace = {"torch": torch, "helpers": helpers}
+    exec(
+        "def fn(x):\n    helpers.__dict__['k'] = 5\n    return x * helpers.get()\n",
+        namespace,
+    )
+    with pytest.raises(CaptureError, match="a module's globals, as a dict"):
+        capture(namespace["fn"], torch.randn(3))
+
+
+def test_a_guard_on_an_object_that_computes_its_names_prints():
+    """torch.classes raises RuntimeError for every name it does not know."""
+    guard = ember_capture.Guard(
+        GuardKind.ID_MATCH, ember_capture.LocalSource("m"), torch.classes
+    )
+    assert str(guard) == "L['m'] is <_Classes torch.classes>"
 
 
 def test_transformed_code_has_the_original_signature():

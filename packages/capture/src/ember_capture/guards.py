@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from types import FunctionType
+from types import CodeType, FunctionType
 from typing import Any, NamedTuple
 
 import torch
@@ -249,8 +249,21 @@ def _brief(value: object) -> str:
 
 
 def _short_repr(obj: object) -> str:
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    name = obj.co_qualname if isinstance(obj, CodeType) else _name_of(obj)
     return f"<{type(obj).__name__} {name}>" if name else f"<{type(obj).__name__}>"
+
+
+def _name_of(obj: object) -> str | None:
+    """``__qualname__`` or ``__name__``, where reading them works (torch.classes
+    raises RuntimeError for any name it does not know)."""
+    for attr in ("__qualname__", "__name__"):
+        try:
+            name = getattr(obj, attr, None)
+        except Exception:
+            continue
+        if isinstance(name, str):
+            return name
+    return None
 
 
 def _tensor_matches(value: object, spec: TensorSpec) -> bool:

@@ -214,6 +214,14 @@ class OutputGraph:
             if type(value) is tuple:
                 return TupleValue(tuple(items), source)
             return NamedTupleValue(type(value), tuple(items), source)
+        if type(value) is dict and "__builtins__" in value:
+            # A namespace (globals(), a module's __dict__): capture tracks its
+            # writes by name, as globals, not as a dict's items.
+            raise self.error(
+                f"reading {source.user_name()}, a module's globals, as a dict",
+                "read the names themselves (module.name), or keep this outside "
+                "the compiled function",
+            )
         if type(value) in (dict, collections.OrderedDict, collections.defaultdict):
             real_keys = keys = list(value)
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
