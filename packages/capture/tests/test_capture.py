@@ -227,6 +227,20 @@ def test_a_function_with_its_own_builtins_is_not_captured():
         capture(namespace["fn"], torch.randn(3))
 
 
+def test_a_builtin_patched_inside_the_function_is_read_patched():
+    namespace = {"torch": torch, "builtins": builtins, "real": builtins.abs}
+    namespace["fake"] = lambda v: 100
+    exec(
+        "def fn(x):\n    builtins.abs = fake\n    r = x * abs(-2)\n"
+        "    builtins.abs = real\n    return r\n",
+        namespace,
+    )
+    x = torch.randn(3)
+    _, got = run_captured(namespace["fn"], x)
+    torch.testing.assert_close(got, x * 100)
+    assert builtins.abs is namespace["real"]
+
+
 def test_a_copy_of_the_builtins_holding_the_real_ones_is_captured():
     """torch.package gives each module a copy of the builtins with its own
     ``__import__``: the builtins it holds as they are are read, and guarded

@@ -3,6 +3,7 @@
 import inspect
 import threading
 import time
+import types
 import warnings
 
 import pytest
@@ -64,6 +65,36 @@ def test_hit_miss_and_recompile_reason():
     assert d.recompile_reasons == ["type(L['x']) changed from int to float"]
     c = d.counters
     assert (c.calls, c.hits, c.misses, c.compiles) == (4, 2, 2, 2)
+
+
+def test_replacing_the_functions_code_converts_again():
+    """``fn.__code__ = ...`` keeps the function object: the entries made from
+    the old code are dropped, and the new code is converted."""
+
+    def triple(x, factor=3):
+        return x * 3
+
+    def fn(x, factor=2):
+        return x * factor
+
+    made = []
+
+    def convert(args, kwargs):
+        made.append(fn.__code__)
+        # what the code was when converted, as a compiled entry holds it
+        frozen = types.FunctionType(fn.__code__, {}, "frozen", fn.__defaults__)
+        return GuardedEntry(
+            check=lambda f_locals: True,
+            failure=lambda f_locals: None,
+            run=lambda *a, **k: ("compiled", frozen(*a, **k)),
+        )
+
+    d = Dispatcher(fn, convert)
+    assert d(3) == ("compiled", 6)
+    fn.__code__ = triple.__code__
+    assert d(3) == ("compiled", 9)
+    assert made == [made[0], triple.__code__]
+    assert d.recompile_reasons == ["the function's __code__ was replaced"]
 
 
 def test_most_recently_hit_entry_is_tried_first():

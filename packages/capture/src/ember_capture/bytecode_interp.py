@@ -233,6 +233,9 @@ class Interpreter:
             return self.output.wrap(self.f_globals[name], source)
         if not hasattr(builtins, name):
             raise self.unsupported(f"name {name!r} is not defined")
+        patched = self.output.global_writes.get((id(vars(builtins)), name))
+        if patched is not None:  # ``builtins.abs = ...`` earlier in the capture
+            return patched
         own = self.f_globals.get("__builtins__", builtins)
         if own is builtins or own is vars(builtins):
             return self.output.wrap_builtin(name, self.globals_source)

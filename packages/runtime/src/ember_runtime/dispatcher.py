@@ -84,9 +84,11 @@ class Dispatcher:
     _warned: bool = False
     _gave_up: bool = False  # convert gave up: misses run _fallback or the function
     _fallback: Callable[..., object] | None = None
+    _code: types.CodeType | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._bind = _binder(self.fn)
+        self._code = self.fn.__code__  # the code its entries were made from
 
     @property
     def entries(self) -> tuple[Entry, ...]:
@@ -95,6 +97,8 @@ class Dispatcher:
     def __call__(self, *args: object, **kwargs: object) -> object:
         if STATE.maybe_eager and (STATE.force_eager or THREAD.depth):
             return self.fn(*args, **kwargs)
+        if self.fn.__code__ is not self._code:
+            self._code_replaced()
         counters = self.counters
         counters.calls += 1
         f_locals = self._bind(args, kwargs)
@@ -118,6 +122,18 @@ class Dispatcher:
             self._warned = False
             self._gave_up = False
             self._fallback = None
+
+    def _code_replaced(self) -> None:
+        """``fn.__code__ = ...`` keeps the function object: every entry was
+        made from the old code, so none may run; the next call converts."""
+        with self._lock:
+            if self.fn.__code__ is self._code:
+                return  # another thread saw it first
+            self._entries = ()
+            self._gave_up, self._fallback, self._warned = False, None, False
+            self._bind = _binder(self.fn)
+            self._code = self.fn.__code__
+            self.recompile_reasons.append("the function's __code__ was replaced")
 
     def _promote(self, entry: Entry) -> None:
         with self._lock:
