@@ -215,8 +215,8 @@ class OutputGraph:
                 return TupleValue(tuple(items), source)
             return NamedTupleValue(type(value), tuple(items), source)
         if type(value) is dict and "__builtins__" in value:
-            # A namespace (globals(), a module's __dict__): capture tracks its
-            # writes by name, as globals, not as a dict's items.
+            # A namespace (a module's __dict__, vars(module)): capture tracks
+            # its writes by name, as globals, not as a dict's items.
             raise self.error(
                 f"reading {source.user_name()}, a module's globals, as a dict",
                 "read the names themselves (module.name), or keep this outside "
