@@ -23,6 +23,13 @@ def run_captured(fn, *args, **kwargs):
     return result, result.build(compiled)(*args, **kwargs)
 
 
+def run_source(source: str, namespace: dict, *args):
+    """Define ``fn`` from ``source`` with ``namespace`` as its globals, and run
+    it captured on ``args``: the capture and the result."""
+    exec(source, namespace)
+    return run_captured(namespace["fn"], *args)
+
+
 def assert_same(fn, *args, **kwargs):
     expected = fn(*args, **kwargs)
     result, actual = run_captured(fn, *args, **kwargs)
@@ -230,13 +237,12 @@ def test_a_function_with_its_own_builtins_is_not_captured():
 def test_a_builtin_patched_inside_the_function_is_read_patched():
     namespace = {"torch": torch, "builtins": builtins, "real": builtins.abs}
     namespace["fake"] = lambda v: 100
-    exec(
+    source = (
         "def fn(x):\n    builtins.abs = fake\n    r = x * abs(-2)\n"
-        "    builtins.abs = real\n    return r\n",
-        namespace,
+        "    builtins.abs = real\n    return r\n"
     )
     x = torch.randn(3)
-    _, got = run_captured(namespace["fn"], x)
+    _, got = run_source(source, namespace, x)
     torch.testing.assert_close(got, x * 100)
     assert builtins.abs is namespace["real"]
 
@@ -247,9 +253,8 @@ def test_a_copy_of_the_builtins_holding_the_real_ones_is_captured():
     there too."""
     own = {**vars(builtins), "__import__": lambda *a, **k: None}
     namespace = {"torch": torch, "__builtins__": own}
-    exec("def fn(x):\n    return x * abs(-2)\n", namespace)
     x = torch.randn(3)
-    result, got = run_captured(namespace["fn"], x)
+    result, got = run_source("def fn(x):\n    return x * abs(-2)\n", namespace, x)
     torch.testing.assert_close(got, x * 2)
     check = result.guard_checker()
     assert check.check({"x": x})
@@ -354,14 +359,12 @@ def test_a_global_written_in_a_module_imported_inside_the_function(monkeypatch):
         vars(helpers),
     )
     monkeypatch.setitem(sys.modules, "ember_test_helpers", helpers)
-    namespace = {"torch": torch}
-    exec(
+    source = (
         "def fn(x):\n    import ember_test_helpers\n"
-        "    ember_test_helpers.set_mode('minus')\n    return x * 2\n",
-        namespace,
+        "    ember_test_helpers.set_mode('minus')\n    return x * 2\n"
     )
     x = torch.randn(3)
-    _, got = run_captured(namespace["fn"], x)
+    _, got = run_source(source, {"torch": torch}, x)
     torch.testing.assert_close(got, x * 2)
     assert helpers.mode == "minus"
 
