@@ -14,7 +14,15 @@ from dataclasses import dataclass
 import torch
 
 from ..ir.aten import STORAGE_READERS
-from ..ir.nodes import Extern, LoweredGraph, Ref, TensorSpec, describe_origin, refs
+from ..ir.nodes import (
+    Extern,
+    LoweredGraph,
+    Ref,
+    TensorSpec,
+    contiguous,
+    describe_origin,
+    refs,
+)
 from ..scheduling.fusion import AliasView, Kernel, Schedule
 from ..scheduling.memory import MemoryPlan, nbytes
 from . import KernelInfo, Rendered, Scheduled
@@ -270,7 +278,7 @@ def _view(view: AliasView, base: TensorSpec, own: bool) -> str:
     if _whole(view, base) and not own:
         return view.base
     whole = math.prod(sizes) == math.prod(base.sizes)
-    if view.offset == 0 and whole and _row_major(base) and strides == _rows(sizes):
+    if view.offset == 0 and whole and _row_major(base) and strides == contiguous(sizes):
         return f"{view.base}.view({sizes})"
     if view.offset == 0:
         return f"{view.base}.as_strided({sizes}, {strides})"
@@ -288,21 +296,9 @@ def _whole(view: AliasView, base: TensorSpec) -> bool:
 
 
 def _row_major(spec: TensorSpec) -> bool:
-    """Whether ``spec`` lays its elements out densely, last dim fastest."""
-    return all(
-        st == want
-        for size, st, want in zip(spec.sizes, spec.strides, _rows(spec.sizes))
-        if size != 1
-    )
-
-
-def _rows(sizes) -> tuple[int, ...]:
-    """The strides torch gives a new row-major tensor of ``sizes``."""
-    strides, stride = [], 1
-    for size in reversed(sizes):
-        strides.append(stride)
-        stride *= max(size, 1)
-    return tuple(reversed(strides))
+    """Whether ``spec`` has the strides torch gives a new tensor of its sizes
+    (a library call folds only such a tensor into rows the same way)."""
+    return tuple(spec.strides) == contiguous(spec.sizes)
 
 
 def _transposes(view: AliasView, base: TensorSpec) -> bool:
@@ -321,7 +317,7 @@ def _flattens(view: AliasView, base: TensorSpec) -> bool:
     dim (with the strides torch gives it: matmul folds only such a tensor)."""
     return (
         len(view.sizes) == 2
-        and tuple(base.strides) == _rows(base.sizes)
+        and _row_major(base)
         and view.offset == 0
         and math.prod(view.sizes) == math.prod(base.sizes)
         and view.sizes[1] == base.sizes[-1]
