@@ -299,7 +299,8 @@ def test_a_copy_viewed_flat_is_computed_in_its_own_layout(cpp):
 def test_a_projection_is_called_as_linear_on_the_unflattened_input(cpp):
     """``mm(x.view(-1, d), w.t())`` of a row-major weight is the library call
     ``F.linear(x, w)`` makes: the wrapper makes neither view, and the product
-    (read only by a kernel) keeps x's leading dims. Same bits as eager."""
+    (read only by a kernel) keeps x's leading dims. The epilogue is written
+    into the product's memory, seen in the output's shape. Same bits as eager."""
 
     def fn(x, w):
         h = aten.mul.Tensor(x, 2.0)
@@ -309,9 +310,11 @@ def test_a_projection_is_called_as_linear_on_the_unflattened_input(cpp):
 
     x, w = torch.randn(2, 8, 32), torch.randn(24, 32)
     compiled = cpp(fn, x, w)
-    assert "torch.nn.functional.linear(buf" in compiled.wrapper_source
-    assert "as_strided" not in compiled.wrapper_source
-    assert "view(" not in compiled.wrapper_source
+    source = compiled.wrapper_source
+    assert "torch.nn.functional.linear(buf" in source
+    assert "as_strided" not in source
+    assert re.search(r"buf\d+ = buf\d+\.view\(\(16, 24\)\)  # written into", source)
+    assert source.count("view(") == 1
     assert torch.equal(compiled(x, w)[0], fn(x, w)[0])
 
 
@@ -390,7 +393,8 @@ def test_a_backward_matmul_takes_its_weight_and_input_as_they_are(cpp):
     compiled = cpp(fn, g, w)
     source = compiled.wrapper_source
     assert re.search(r"torch\.matmul\(buf\d+, w\)", source)
-    assert "view(" not in source and "as_strided" not in source
+    assert "as_strided" not in source
+    assert source.count("view(") == 1  # the product's, for the relu written into it
     assert torch.equal(compiled(g, w)[0], fn(g, w)[0])
 
 
@@ -432,9 +436,10 @@ def test_a_copy_a_library_call_took_as_a_view_stays_one(cpp):
 def test_dead_buffer_memory_is_reused(cpp):
     def fn(x, w):
         a = aten.mm.default(x, w)  # a library output that dies in the next loop
-        b = aten.mul.Tensor(aten.amax.default(a, [1], True), a)
+        # (read across: b cannot be written into a's memory as it goes)
+        b = aten.add.Tensor(a, aten.t.default(a))
         c = aten.mm.default(b, w)
-        d = aten.relu.default(c)  # a loop buffer that can take a's memory
+        d = aten.add.Tensor(c, aten.t.default(c))  # can take a's memory
         return (aten.mm.default(d, w),)
 
     x, w = torch.randn(512, 512), torch.randn(512, 512)  # 1 MiB: worth reusing
@@ -678,3 +683,71 @@ def test_outputs_computed_as_one_reduction_are_still_two_tensors(cpp):
     first.add_(1)
     torch.testing.assert_close(second, x.sum(1))
     assert compiled.cpp_source.count(" = sum of ") == 1
+
+
+def test_a_keepdim_reduction_viewed_again_is_one_kernel_and_no_copy(cpp):
+    """A bias gradient, ``x.sum(0, keepdim=True).view(-1)``: the keepdim result
+    and its view are views of the reduction's buffer. Returned beside the same
+    sum without keepdim, they are still two tensors, as in eager."""
+
+    def bias_grad(x):
+        return (aten.view.default(aten.sum.dim_IntList(x, [0], True), [7]),)
+
+    x = torch.randn(5, 7)
+    compiled = cpp(bias_grad, x)
+    check(compiled, bias_grad, x)
+    assert [k.kind for k in compiled.kernels] == ["loop"]
+    assert compiled.cpp_source.count('extern "C" void kernel') == 1
+
+    def twice(x):
+        kept = aten.sum.dim_IntList(x, [0], True)
+        return (aten.view.default(kept, [7]), aten.sum.dim_IntList(x, [0]))
+
+    compiled = cpp(twice, x)
+    check(compiled, twice, x)
+    first, second = compiled(x)
+    assert first.data_ptr() != second.data_ptr()
+
+
+def test_an_epilogue_is_written_into_the_memory_it_reads_last(loops):
+    """A bias add after a library call, and a softmax after its scores' matmul,
+    write into the buffer they read for the last time: no allocation. A buffer
+    read later again, or read at other elements than the one written, gets
+    memory of its own."""
+
+    def fn(x, w, b):
+        scores = aten.mm.default(x, w)
+        probs = aten._softmax.default(aten.add.Tensor(scores, b), -1, False)
+        out = aten.mm.default(probs, w)
+        return (aten.add.Tensor(out, b),)
+
+    x, w, b = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16)
+    compiled = loops(fn, x, w, b)
+    check(compiled, fn, x, w, b)
+    source = compiled.wrapper_source
+    assert source.count("# written into") == 2
+    assert "empty_strided" not in source
+
+    def kept(x, w):
+        y = aten.mm.default(x, w)
+        across = aten.add.Tensor(y, aten.t.default(y))  # reads y[j, i] too
+        again = aten.relu.default(y)  # y is still read by the next kernel
+        return (across, aten.mul.Tensor(again, y))
+
+    square = torch.randn(16, 16)
+    compiled = loops(kept, square, w)
+    check(compiled, kept, square, w)
+    assert "# written into" not in compiled.wrapper_source.split("kernel1")[0]
+
+    def read_between(x, w):
+        # e's costly exp is not stored into the output (y's memory) during the
+        # sum of e while the sum of y still reads y
+        y = aten.mm.default(x, w)
+        e = aten.exp.default(aten.sub.Tensor(y, aten.amax.default(y, [1], True)))
+        s = aten.sum.dim_IntList(e, [1], True)
+        t = aten.sum.dim_IntList(aten.flip.default(y, [1]), [1], True)
+        return (aten.mul.Tensor(aten.div.Tensor(e, s), t),)
+
+    compiled = loops(read_between, x, w)
+    check(compiled, read_between, x, w)
+    assert "# written into" in compiled.wrapper_source

@@ -114,8 +114,10 @@ def compile_graph(
     outputs = {n for n in lowered.outputs if n}
     plan = plan_memory(steps, lowered.specs, outputs, _updates(gm, lowered))
     steps.steps = [
-        write_in_place(s, plan.in_place) if isinstance(s, Kernel) else s
-        for s in steps.steps
+        write_in_place(s, {**plan.in_place, **plan.takes.get(i, {})})
+        if isinstance(s, Kernel)
+        else s
+        for i, s in enumerate(steps.steps)
     ]
     try:
         rendered = renderer(target).render(

@@ -82,11 +82,15 @@ def _reduced_load(lo: Lowerer, a: TV, dims: Sequence[int], index, rindex) -> Exp
 
 
 def keep_dims(lo: Lowerer, red: TV, ndim: int, dims: Sequence[int]) -> TV:
-    """``red`` viewed with size-1 dims put back at ``dims``."""
+    """``red`` viewed with size-1 dims put back at ``dims``: a view, as torch's
+    keepdim result is the reduction's own memory (so a graph output that views
+    it again aliases the reduction's buffer instead of copying it twice)."""
     it = iter(red.sizes)
     sizes = [1 if d in dims else next(it) for d in range(ndim)]
     kept = [d for d in range(ndim) if d not in dims]
-    return lo.pointwise(sizes, red.dtype, lambda i: lo.load(red, [i[d] for d in kept]))
+    return lo.pointwise(
+        sizes, red.dtype, lambda i: lo.load(red, [i[d] for d in kept]), view=True
+    )
 
 
 def _finish(lo: Lowerer, red: TV, a: TV, dims, keepdim: bool) -> TV:

@@ -118,7 +118,14 @@ def emit_loop_wrapper(
     pointers: set[str] = set()
     given = set(params) | set(lowered.constants.values())  # the caller's tensors
     outputs = {n for n in lowered.outputs if n}
-    products = _product_calls(schedule, specs, outputs)
+    shaped = _shaped(schedule, specs, outputs)
+    products = _product_calls(schedule, specs, shaped)
+    # Tensors bound in another shape than their spec's (a product taken unflattened).
+    reshaped = {
+        step.outputs[0]
+        for step in schedule.steps
+        if id(step) in products and products[id(step)].unflattened
+    }
     # Views that only such calls took are never made.
     unused = {name for step in products.values() for name in step.views} - {
         n
@@ -135,9 +142,17 @@ def emit_loop_wrapper(
     kernels: list[KernelInfo] = []
     for s, step in enumerate(schedule.steps):
         if isinstance(step, Kernel):
+            into = plan.takes.get(s, {})
+            for out, buf in into.items():
+                take = buf
+                if buf in reshaped and out in shaped:
+                    take = f"{buf}.view({tuple(specs[out].sizes)})"
+                elif buf in reshaped:
+                    reshaped.add(out)
+                body.append(f"{out} = {take}  # written into {buf}'s memory")
             for name in sorted(step.stored):
-                if name in given:
-                    continue  # an input the kernel updates in place
+                if name in given or name in into.values():
+                    continue  # an input updated in place, or a buffer taken
                 body += _allocate(
                     plan.allocations[name],
                     specs[name],
@@ -218,20 +233,32 @@ class Product:
     call: str
     views: tuple[str, ...]  # the views of the mm this call does not need
     bytes: int
+    unflattened: bool  # the product keeps the leading dims of its input
 
 
-def _product_calls(
+def _shaped(
     schedule: Schedule, specs: dict[str, TensorSpec], outputs: set[str]
-) -> dict[int, Product]:
-    """The mm library calls (by ``id`` of the step) with a cheaper form. A
-    flat view's own tensor is taken only where nothing reads the product's
-    shape (kernels and strided views read its memory)."""
-    views = {s.name: s for s in schedule.steps if isinstance(s, AliasView)}
-    # (a view that is all of its base binds the base itself: ``_view``)
+) -> set[str]:
+    """The buffers whose tensors' shapes are read: outputs, library call
+    arguments and the bases of whole views (``_view`` binds the base itself);
+    kernels and strided views read only memory."""
     shaped = outputs | {
         n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
     }
-    shaped |= {v.base for v in views.values() if _whole(v, specs[v.base])}
+    return shaped | {
+        s.base
+        for s in schedule.steps
+        if isinstance(s, AliasView) and _whole(s, specs[s.base])
+    }
+
+
+def _product_calls(
+    schedule: Schedule, specs: dict[str, TensorSpec], shaped: set[str]
+) -> dict[int, Product]:
+    """The mm library calls (by ``id`` of the step) with a cheaper form. A
+    flat view's own tensor is taken only where nothing reads the product's
+    shape (``shaped``)."""
+    views = {s.name: s for s in schedule.steps if isinstance(s, AliasView)}
     found = {}
     for step in schedule.steps:
         if not (
@@ -254,17 +281,20 @@ def _product_calls(
                 w = whole.base
                 used.append(whole.name)
         flat = views.get(x)
-        if (
+        unflattened = (
             flat is not None
             and step.outputs[0] not in shaped
             and _flattens(flat, specs[flat.base])
-        ):
+        )
+        if unflattened:
             x = flat.base
             used.append(flat.name)
         if not used:  # (a plain mm of tensors it takes as they are)
             continue
         moved = sum(nbytes(specs[n]) for n in (x, w, step.outputs[0]))
-        found[id(step)] = Product(f"{function}({x}, {w})", tuple(used), moved)
+        found[id(step)] = Product(
+            f"{function}({x}, {w})", tuple(used), moved, unflattened
+        )
     return found
 
 

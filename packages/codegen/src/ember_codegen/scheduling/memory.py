@@ -1,8 +1,8 @@
 """Memory planning: when each buffer is allocated and freed, and which dead
 buffer's memory a new one takes. Fused intermediates never reach this stage
-(the scheduler gave them no buffer); graph outputs get fresh memory, except
-the new value of an input updated in place, which a kernel may write into the
-input itself (``in_place``).
+(the scheduler gave them no buffer). A kernel may write a stage into the
+memory of a buffer it reads for the last time (``takes``); the new value of
+an input updated in place may be written into the input itself (``in_place``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ class MemoryPlan:
     # Output -> the input whose memory its kernel writes it into (the caller
     # copies that output into that input anyway: an update in place).
     in_place: dict[str, str] = field(default_factory=dict)
+    # Step -> {stage: the buffer whose memory the stage is written into}: a
+    # buffer of the same layout that this kernel reads last, each element
+    # before it is overwritten (an epilogue written into its library call's
+    # output, a softmax into its scores). No allocation at all.
+    takes: dict[int, dict[str, str]] = field(default_factory=dict)
 
 
 # Below this size a fresh tensor from torch's allocator costs less than viewing a
@@ -72,7 +77,9 @@ def plan_memory(
     """Reuse the memory of dead buffers for later kernel buffers of fitting size;
     free every other intermediate right after its last use. ``updates`` maps
     an output to the input it is the new value of: where nothing reads that
-    input after the output's element is written, the output is written there."""
+    input after the output's element is written, the output is written there.
+    A stage whose kernel is the last reader of a buffer of its own layout is
+    written into that buffer (``takes``) where ``_writable`` allows it."""
     base = {name: view.base for name, view in schedule.views.items()}
     forever = math.inf
     last_use: dict[str, float] = {}
@@ -93,11 +100,30 @@ def plan_memory(
     plan = MemoryPlan()
     free: list[tuple[int, str]] = []  # (bytes, holder) of dead reusable memory
     donors: set[str] = set()
+    taken: dict[str, str] = {}  # buffer -> the stage written into its memory
+
+    def ours(name: str) -> bool:
+        """Memory this graph made and nothing else holds a view of."""
+        return name not in viewed and (
+            name in plan.allocations
+            or name in taken.values()
+            or _fresh_extern_output(schedule, name)
+        )
+
     for s, step in enumerate(schedule.steps):
         if isinstance(step, Kernel):
             for stage in step.stages:
                 if stage.name not in step.stored:
                     continue
+                dying = [
+                    name
+                    for name in step.reads
+                    if last_use.get(name) == s
+                    and name not in outputs
+                    and name not in schedule.views
+                    and name not in taken
+                    and ours(name)
+                ]
                 need = nbytes(specs[stage.name])
                 fits = (
                     [f for f in free if f[0] >= need >= MIN_REUSE_BYTES]
@@ -105,8 +131,12 @@ def plan_memory(
                     else []
                 )
                 target = (updates or {}).get(stage.name)
+                into = _writable(step, stage, dying, specs)
                 if target and _updates_in_place(schedule, s, stage, target, specs):
                     plan.in_place[stage.name] = target  # no memory of its own
+                elif into is not None:
+                    plan.takes.setdefault(s, {})[stage.name] = into
+                    taken[into] = stage.name
                 elif fits:
                     chosen = min(fits)
                     free.remove(chosen)
@@ -121,16 +151,54 @@ def plan_memory(
         for name, when in last_use.items():
             if when != s or name not in schedule.buffers or name in outputs:
                 continue
-            if name in viewed:
-                continue
-            if name in plan.allocations or _fresh_extern_output(schedule, name):
+            if name in taken:
+                continue  # its memory went on to the stage written into it
+            if ours(name):
                 free.append((nbytes(specs[name]), name))
     for name, when in last_use.items():
         if when is forever or name not in schedule.buffers or name in donors:
             continue
-        if name in plan.allocations or isinstance(schedule.buffers[name], Extern):
+        if (
+            name in plan.allocations
+            or name in taken.values()
+            or isinstance(schedule.buffers[name], Extern)
+        ):
             plan.frees.setdefault(int(when), []).append(name)
     return plan
+
+
+def _writable(
+    kernel: Kernel, stage, dying: list[str], specs: dict[str, TensorSpec]
+) -> str | None:
+    """The buffer among ``dying`` (read last by ``kernel``) that pointwise
+    ``stage`` can be stored into: the same dense layout, read by the stage
+    only at the element it writes there, by earlier stages only within the
+    same outer element (they run before it, for that element), and by no
+    later stage."""
+    spec = specs[stage.name]
+    if not isinstance(stage, Pointwise):
+        return None
+    if nbytes(spec) != math.prod(spec.sizes) * spec.dtype.itemsize:
+        return None  # overlapping or gapped memory: one write, several elements
+    own = _own_index(stage)
+    row = own[: len(kernel.outer)]
+    position = kernel.stages.index(stage)
+    for name in dying:
+        if specs[name] != spec:
+            continue
+        reads = [
+            (j, ld)
+            for j, other in enumerate(kernel.stages)
+            for ld in node_loads(other)
+            if ld.name == name
+        ]
+        if all(
+            (j == position and ld.index == own)
+            or (j < position and tuple(ld.index[: len(row)]) == row)
+            for j, ld in reads
+        ):
+            return name
+    return None
 
 
 def _updates_in_place(

@@ -298,7 +298,10 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
     """The kernel's stages, where a later pointwise stage recomputes a costly
     per-element value of a reduction (over the stage's own inner range) reading
     it back from its own buffer instead; ``scope.spills`` says where the
-    reduction stores it. The stage overwrites each element after reading it."""
+    reduction stores it. The stage overwrites each element after reading it.
+    Not where a stage in between, or the reduction elsewhere than at the
+    element it stores, reads that buffer (one written into the memory it
+    reads last: ``memory.takes``, an input updated in place)."""
     stages = list(kernel.stages)
     n_outer = len(kernel.outer)
     for pos, red in enumerate(stages):
@@ -314,6 +317,15 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
                 or stage.name not in kernel.stored
                 or tuple(stage.sizes[n_outer:]) != red.reduce_sizes
                 or stage.dtype in HALF_TYPES  # its buffer would round the value
+            ):
+                continue
+            spilled_at = tuple(
+                var(f"i{d}", size) for d, size in enumerate(kernel.outer)
+            ) + tuple(var(f"r{d}", size) for d, size in enumerate(red.reduce_sizes))
+            if any(
+                ld.name == stage.name and (j > pos or ld.index != spilled_at)
+                for j in range(pos, later)
+                for ld in node_loads(stages[j])
             ):
                 continue
             for value in _costly(red.expr):

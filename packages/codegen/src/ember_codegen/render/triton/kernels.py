@@ -401,9 +401,15 @@ def emit_kernel(kernel: Kernel, strides: dict[str, tuple[int, ...]]) -> str:
     if not _spread(kernel):  # a spread kernel's block names every dim
         lines += ["    " + s for s in split_vars("i", 0, outer, "pid")]
     written: set[str] = set()
+    read: set[str] = set()
     for stage in kernel.stages:
-        if any(ld.name in written for e in exprs(stage) for ld in loads(e)):
+        reads = {ld.name for e in exprs(stage) for ld in loads(e)}
+        if reads & written:
             lines.append("    tl.debug_barrier()  # reads what this program stored")
+        elif stage.name in read and stage.name in kernel.stored:
+            # (a buffer this kernel writes into, read last here: memory.takes)
+            lines.append("    tl.debug_barrier()  # overwrites what it read")
+        read |= reads
         if isinstance(stage, Pointwise):
             lines += pointwise_stage(stage, kernel, scope)
         elif isinstance(stage, Reduction):
