@@ -109,6 +109,29 @@ def test_gradients_accumulate_into_grad_as_in_eager():
     assert ember.stats()["compiles"] == 2  # .grad: None, then a tensor
 
 
+def test_gradients_made_by_library_calls_carry_no_history():
+    """Two linears without bias: each weight's gradient is a matmul whose
+    operands come from the other weight, which requires grad. In eager the
+    gradients require no grad; the compiled step's must not either (they
+    would hold an autograd graph, and the next backward could not add into
+    them in place)."""
+    ember.reset()
+    (eager_model, _), (model, _) = _pair(
+        lambda: torch.nn.Sequential(
+            torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(16, 4, bias=False)
+        ),
+        lambda ps: None,
+    )
+    compiled = ember.compile(accumulate, fullgraph=True)
+    for _ in range(2):
+        x, y = torch.randn(4, 8), torch.randn(4, 4)
+        accumulate(eager_model, x, y)
+        compiled(model, x, y)
+        for a, b in zip(eager_model.parameters(), model.parameters()):
+            assert not b.grad.requires_grad and b.grad.grad_fn is None
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+
+
 def retaining_step(model, opt, x, target):
     loss = F.mse_loss(model(x), target)
     loss.backward(retain_graph=True)

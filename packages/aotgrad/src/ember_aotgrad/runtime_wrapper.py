@@ -166,8 +166,14 @@ class CompiledAot:
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
         plan = self.backward_plan
         if plan is not None and plan.tangent_outputs and torch.is_grad_enabled():
-            # (No output to differentiate, as an optimizer step: no autograd node.)
             outs = AotFunction.apply(self, *inputs)
+        elif torch.is_grad_enabled():
+            # No output to differentiate (an optimizer step, a training step
+            # with its backward inside): no autograd node, and no history from
+            # the library calls on inputs that require grad (a gradient made
+            # by a matmul with a weight would otherwise require grad itself).
+            with torch.no_grad():
+                outs = self.forward(*inputs)
         else:
             outs = self.forward(*inputs)
         num_user = self.layout.num_user_outputs
