@@ -751,3 +751,45 @@ def test_an_epilogue_is_written_into_the_memory_it_reads_last(loops):
     compiled = loops(read_between, x, w)
     check(compiled, read_between, x, w)
     assert "# written into" in compiled.wrapper_source
+
+    def reads_itself(x, w):
+        # the output reads y besides exp(y - max): exp is not stored over y
+        y = aten.mm.default(x, w)
+        e = aten.exp.default(aten.sub.Tensor(y, aten.amax.default(y, [1], True)))
+        s = aten.sum.dim_IntList(e, [1], True)
+        return (aten.add.Tensor(aten.div.Tensor(e, s), y),)
+
+    compiled = loops(reads_itself, x, w)
+    check(compiled, reads_itself, x, w)
+    assert "# written into" in compiled.wrapper_source
+
+
+def test_scores_viewed_with_their_batch_dims_split_take_the_products_memory(loops):
+    """``q @ k.T`` of 4-D tensors is a 3-D ``bmm`` viewed back to 4-D; the
+    masked softmax over it is written into the bmm's memory all the same."""
+
+    def attention(q, k, v):
+        scores = aten.view.default(
+            aten.bmm.default(
+                aten.view.default(q, [4, 8, 16]),
+                aten.view.default(aten.transpose.int(k, -2, -1), [4, 16, 8]),
+            ),
+            [2, 2, 8, 8],
+        )
+        mask = aten.triu.default(aten.ones.default([8, 8], dtype=torch.bool), 1)
+        probs = aten._softmax.default(
+            aten.masked_fill.Scalar(scores, mask, float("-inf")), -1, False
+        )
+        out = aten.bmm.default(
+            aten.view.default(probs, [4, 8, 8]), aten.view.default(v, [4, 8, 16])
+        )
+        return (aten.view.default(out, [2, 2, 8, 16]), probs)
+
+    q, k, v = (torch.randn(2, 2, 8, 16) for _ in range(3))
+    compiled = loops(attention, q, k, v)
+    check(compiled, attention, q, k, v)
+    assert re.search(
+        r"buf\d+ = buf\d+\.view\(\(2, 2, 8, 8\)\)  # written into",
+        compiled.wrapper_source,
+    )
+    assert "empty_strided" not in compiled.wrapper_source

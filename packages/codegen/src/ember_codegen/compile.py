@@ -27,7 +27,7 @@ from .render.cpp.literals import Templates
 from .render.torch import emit_wrapper
 from .render.triton.renderer import interpreted
 from .scheduling.fusion import Kernel, schedule
-from .scheduling.memory import plan_memory, write_in_place
+from .scheduling.memory import plan_memory, write_in_place, write_into
 from .specialize import PerSizeGraph, has_symbolic_sizes
 
 log = logging.getLogger("ember.codegen")
@@ -114,7 +114,9 @@ def compile_graph(
     outputs = {n for n in lowered.outputs if n}
     plan = plan_memory(steps, lowered.specs, outputs, _updates(gm, lowered))
     steps.steps = [
-        write_in_place(s, {**plan.in_place, **plan.takes.get(i, {})})
+        write_into(
+            write_in_place(s, plan.in_place), plan.takes.get(i, {}), lowered.specs
+        )
         if isinstance(s, Kernel)
         else s
         for i, s in enumerate(steps.steps)

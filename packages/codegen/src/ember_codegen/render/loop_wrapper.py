@@ -144,14 +144,20 @@ def emit_loop_wrapper(
         if isinstance(step, Kernel):
             into = plan.takes.get(s, {})
             for out, buf in into.items():
-                take = buf
-                if buf in reshaped and out in shaped:
-                    take = f"{buf}.view({tuple(specs[out].sizes)})"
-                elif buf in reshaped:
-                    reshaped.add(out)
+                take, spec = buf, specs[out]
+                if buf not in reshaped and specs[buf] == spec:
+                    pass
+                elif out not in shaped:
+                    reshaped.add(out)  # (kernels read its memory only)
+                elif _row_major(spec):
+                    take = f"{buf}.view({tuple(spec.sizes)})"
+                else:
+                    take = (
+                        f"{buf}.as_strided({tuple(spec.sizes)}, {tuple(spec.strides)})"
+                    )
                 body.append(f"{out} = {take}  # written into {buf}'s memory")
             for name in sorted(step.stored):
-                if name in given or name in into.values():
+                if name in given or name in into:
                     continue  # an input updated in place, or a buffer taken
                 body += _allocate(
                     plan.allocations[name],

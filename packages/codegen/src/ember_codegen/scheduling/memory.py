@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..ir.aten import returns_view
-from ..ir.indexing import var
+from ..ir.indexing import ZERO, Index, bounds, substitute, var, var_step
 from ..ir.nodes import Extern, Load, Pointwise, TensorSpec, node_loads, refs
 from .fusion import AliasView, Kernel, Schedule, inline_loads
 
@@ -167,38 +167,69 @@ def plan_memory(
     return plan
 
 
+def _dense(spec: TensorSpec) -> bool:
+    """No element shared by two positions and no gap: one write per element."""
+    return nbytes(spec) == math.prod(spec.sizes) * spec.dtype.itemsize
+
+
+def _flat(index: tuple[Index, ...], strides: tuple[int, ...]) -> Index:
+    """The element offset of ``index`` in memory laid out with ``strides``."""
+    total = ZERO
+    for i, stride in zip(index, strides):
+        total = total + i * stride
+    return total
+
+
 def _writable(
     kernel: Kernel, stage, dying: list[str], specs: dict[str, TensorSpec]
 ) -> str | None:
     """The buffer among ``dying`` (read last by ``kernel``) that pointwise
-    ``stage`` can be stored into: the same dense layout, read by the stage
-    only at the element it writes there, by earlier stages only within the
-    same outer element (they run before it, for that element), and by no
-    later stage."""
+    ``stage`` can be stored into: dense memory of the same dtype and size (its
+    shape may differ: a batched product's output viewed with its batch dims
+    split), read by the stage only at the address it writes, by earlier stages
+    only within the addresses the stage writes for the same outer element
+    (they run before it, for that element), and by no later stage."""
     spec = specs[stage.name]
-    if not isinstance(stage, Pointwise):
+    if not isinstance(stage, Pointwise) or not _dense(spec):
         return None
-    if nbytes(spec) != math.prod(spec.sizes) * spec.dtype.itemsize:
-        return None  # overlapping or gapped memory: one write, several elements
-    own = _own_index(stage)
-    row = own[: len(kernel.outer)]
+    own = _flat(_own_index(stage), spec.strides)
+    outer = [f"i{d}" for d in range(len(kernel.outer))]
+    steps = {v: var_step(own, v) for v in outer}
+    # The addresses of one outer element, where they are one dense block.
+    block = bounds(substitute(own, {v: ZERO for v in outer}))
+    if block[1] - block[0] + 1 != math.prod(stage.sizes[len(outer) :]):
+        block = None
     position = kernel.stages.index(stage)
     for name in dying:
-        if specs[name] != spec:
+        given = specs[name]
+        if given.dtype != spec.dtype or nbytes(given) != nbytes(spec):
+            continue
+        if not _dense(given):
             continue
         reads = [
-            (j, ld)
+            (j, _flat(ld.index, given.strides))
             for j, other in enumerate(kernel.stages)
             for ld in node_loads(other)
             if ld.name == name
         ]
         if all(
-            (j == position and ld.index == own)
-            or (j < position and tuple(ld.index[: len(row)]) == row)
-            for j, ld in reads
+            (j == position and at == own)
+            or (j < position and _within(at, steps, block))
+            for j, at in reads
         ):
             return name
     return None
+
+
+def _within(
+    at: Index, steps: dict[str, int | None], block: tuple[int, int] | None
+) -> bool:
+    """Whether address ``at`` moves with each outer variable as the written
+    address does (``steps``) and otherwise stays inside ``block``."""
+    if block is None or any(var_step(at, v) != step for v, step in steps.items()):
+        return False
+    lo, hi = bounds(substitute(at, {v: ZERO for v in steps}))
+    return block[0] <= lo and hi <= block[1]
 
 
 def _updates_in_place(
@@ -257,6 +288,33 @@ def write_in_place(kernel: Kernel, in_place: dict[str, str]) -> Kernel:
         stages.append(replace(stage, name=moved.get(stage.name, stage.name)))
     stored = frozenset(moved.get(n, n) for n in kernel.stored)
     return replace(kernel, stages=tuple(stages), stored=stored)
+
+
+def write_into(
+    kernel: Kernel, takes: dict[str, str], specs: dict[str, TensorSpec]
+) -> Kernel:
+    """``kernel`` with each stage in ``takes`` (stage -> buffer) reading, where
+    it and earlier stages read the buffer, its own memory at the same address
+    (the wrapper binds the stage's name to that memory), so the C++ function
+    takes one pointer for both and every pointer stays ``__restrict__``."""
+    if not takes:
+        return kernel
+    aliases = {}
+    for out, buf in takes.items():
+        given, spec = specs[buf], specs[out]
+        at = _flat(
+            tuple(var(f"i{d}", n) for d, n in enumerate(given.sizes)), given.strides
+        )
+        index = tuple(
+            (at // stride) % size if size > 1 else ZERO
+            for stride, size in zip(spec.strides, spec.sizes)
+        )
+        aliases[buf] = Pointwise(
+            buf, given.sizes, given.dtype, Load(out, index, spec.dtype), ()
+        )
+    stages = tuple(inline_loads(stage, aliases) for stage in kernel.stages)
+    reads = tuple(n for n in kernel.reads if n not in aliases)
+    return replace(kernel, stages=stages, reads=reads)
 
 
 def _defined(step) -> list[str]:

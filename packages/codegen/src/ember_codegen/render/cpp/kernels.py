@@ -17,6 +17,7 @@ from ...ir.nodes import (
     C_TYPES,
     HALF_TYPES,
     Call,
+    Const,
     Expr,
     Load,
     Pointwise,
@@ -299,9 +300,10 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
     per-element value of a reduction (over the stage's own inner range) reading
     it back from its own buffer instead; ``scope.spills`` says where the
     reduction stores it. The stage overwrites each element after reading it.
-    Not where a stage in between, or the reduction elsewhere than at the
-    element it stores, reads that buffer (one written into the memory it
-    reads last: ``memory.takes``, an input updated in place)."""
+    Not where the stage itself, a stage in between, or the reduction elsewhere
+    than at the element it stores, reads that buffer (one written into the
+    memory it reads last: ``memory.takes``, an input updated in place): the
+    spilled value would overwrite what they read."""
     stages = list(kernel.stages)
     n_outer = len(kernel.outer)
     for pos, red in enumerate(stages):
@@ -334,6 +336,9 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
                     continue  # the same for every element, or another dtype
                 if not _contains(stage.expr, seen):
                     continue
+                rest = _replace_expr(stage.expr, seen, Const(0, stage.dtype))
+                if any(ld.name == stage.name for ld in loads(rest)):
+                    continue  # it reads its own buffer besides the spilled value
                 here = tuple(ivar(d) for d in range(len(stage.sizes)))
                 back = Load(stage.name, here, stage.dtype)
                 stages[later] = stage = replace(
