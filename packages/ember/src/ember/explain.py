@@ -5,9 +5,7 @@ against steady state); ``ember.profile``: where a compiled call's time goes."""
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import sysconfig
 import time
 import types
 import warnings
@@ -36,7 +34,8 @@ _EMBER_PACKAGES = {
     "ember_runtime",
 }
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
+# (where os.py lives: sysconfig would cost ``import ember`` a millisecond)
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 # Frames of compiled code: ember's generated wrappers ("<ember generated ...>"),
 # guard checks (compiled from a string), and fx graphs (torch.fx's generated
 # forward, run as a graph or traced when a stored graph is loaded).
@@ -294,6 +293,8 @@ def _seconds(fn: Callable, args: tuple, kwargs: dict, repeat: int) -> float | No
         start = time.perf_counter()
         fn(*args, **kwargs)
         times.append(time.perf_counter() - start)
+    import statistics  # (here: it imports fractions and decimal, 4 ms)
+
     return statistics.median(times)
 
 

@@ -5,7 +5,6 @@ with the user's source around them, recompiles, guards, graphs and kernels."""
 
 from __future__ import annotations
 
-import html
 import linecache
 import time
 from collections.abc import Iterator
@@ -218,6 +217,8 @@ def _first_line(code: str) -> str:
 
 
 def _e(text: object) -> str:
+    import html  # (here: only a report needs it, not ``import ember``)
+
     return html.escape(str(text))
 
 
