@@ -793,3 +793,101 @@ def test_scores_viewed_with_their_batch_dims_split_take_the_products_memory(loop
         compiled.wrapper_source,
     )
     assert "empty_strided" not in compiled.wrapper_source
+
+
+def test_a_stage_takes_memory_laid_out_in_another_dim_order(loops):
+    """``h`` is stored in x's dim order under its permuted shape (not row-major);
+    the output, ``h`` permuted back (row-major) plus a product, is written into
+    h's memory and seen in its own shape through ``as_strided`` (``view``
+    cannot: h's tensor is not contiguous)."""
+
+    def fn(x, a, b):
+        h = aten.permute.default(x, [0, 2, 3, 1])
+        for _ in range(6):  # costly enough to store once for its two readers
+            h = aten.mul.Tensor(aten.tanh.default(aten.sin.default(h)), 2.0)
+        s = aten.sum.dim_IntList(h, [1, 2])
+        scale = aten.select.int(aten.select.int(s, 0, 0), 0, 0)
+        m = aten.mm.default(a, aten.mul.Tensor(b, scale))
+        back = aten.permute.default(h, [0, 3, 1, 2])
+        return (aten.add.Tensor(back, aten.view.default(m, [2, 4, 6, 6])),)
+
+    x, a, b = torch.randn(2, 4, 6, 6), torch.randn(8, 5), torch.randn(5, 36)
+    compiled = loops(fn, x, a, b)
+    check(compiled, fn, x, a, b)
+    assert re.search(
+        r"= buf\d+\.as_strided\(\(2, 4, 6, 6\), \(144, 36, 6, 1\)\)  # written into",
+        compiled.wrapper_source,
+    )
+
+
+def test_a_library_output_taken_is_first_put_in_its_meta_layout(loops):
+    """A convolution of a channels-last input returns channels-last memory
+    where its meta kernel says row-major; the epilogue written into it reads
+    it at the meta layout's addresses, so the wrapper first lays it out so
+    (``fix_layout``), as for any kernel reading it. (The output's strides
+    follow the meta kernel's, not eager's: values are compared.)"""
+
+    def fn(x, w):
+        y = aten.convolution.default(
+            x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1
+        )
+        return (aten.mul.Tensor(aten.permute.default(y, [0, 2, 3, 1]), 2.0),)
+
+    x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+    w = torch.randn(8, 4, 3, 3)
+    compiled = loops(fn, x, w)
+    torch.testing.assert_close(compiled(x, w)[0], fn(x, w)[0])
+    assert "fix_layout(buf0" in compiled.wrapper_source
+    assert "# written into buf0" in compiled.wrapper_source
+
+
+def test_writing_into_memory_laid_out_unlike_the_stage_keeps_each_layout(loops):
+    """``y`` (a transpose's relu, column-major) is written over by ``exp(y.t())``
+    (row-major at the same addresses): the output is a strided view of y's
+    memory in its own layout, not ``view`` (y's tensor is not contiguous)."""
+
+    def fn(x, w):
+        y = aten.relu.default(aten.t.default(x))
+        s = aten.mm.default(y, w)  # (y needs a buffer of its own)
+        return (aten.exp.default(aten.t.default(y)), s)
+
+    x, w = torch.randn(6, 4), torch.randn(6, 3)
+    compiled = loops(fn, x, w)
+    check(compiled, fn, x, w)
+    assert "# written into" in compiled.wrapper_source
+
+
+def test_no_value_is_stored_early_over_what_a_reduction_sharing_the_loop_reads(
+    loops,
+):
+    """The sum of ``exp(y)`` would store each exp into the output, which is y's
+    memory, while the sum of y read back to front shares its loop."""
+
+    def fn(x, w):
+        y = aten.mm.default(x, w)
+        t = aten.sum.dim_IntList(aten.flip.default(y, [-1]), [-1], True)
+        e = aten.exp.default(y)
+        s = aten.sum.dim_IntList(e, [-1], True)
+        return (aten.mul.Tensor(aten.div.Tensor(e, s), t),)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 64) * 0.1
+    compiled = loops(fn, x, w)
+    check(compiled, fn, x, w)
+    assert "# written into" in compiled.wrapper_source
+
+
+def test_a_stage_written_into_reused_memory_is_a_tensor_of_its_own_shape(loops):
+    """``cumsum(x)`` reuses the dead product's memory (1 MiB, another shape) and
+    its doubling is written there and returned: in its own shape and dtype."""
+
+    def fn(x, a, b, c):
+        e = aten.mm.default(aten.mm.default(a, b), c)
+        s = aten.cumsum.default(x, 1)
+        return (aten.mul.Tensor(s, 2.0), e)
+
+    x, a = torch.randn(512, 512), torch.randn(256, 8)
+    b, c = torch.randn(8, 1024), torch.randn(1024, 4)
+    compiled = loops(fn, x, a, b, c)
+    check(compiled, fn, x, a, b, c, rtol=1e-4, atol=1e-4)
+    assert "reuses the memory of" in compiled.wrapper_source
+    assert "reinterpret(" in compiled.wrapper_source

@@ -109,6 +109,8 @@ def emit_loop_wrapper(
     # or an op through torch given a channels-last input may return that).
     spec_layout = view_bases | {n for n in lowered.outputs if n}
     spec_layout |= {n for s in schedule.steps if isinstance(s, Kernel) for n in s.reads}
+    # (and the buffers kernels write into: ``write_into`` took them off ``reads``)
+    spec_layout |= {buf for into in plan.takes.values() for buf in into.values()}
     # A pointer several kernels take is read from its tensor once.
     kernel_uses: dict[str, int] = {}
     for step in schedule.steps:
@@ -120,12 +122,16 @@ def emit_loop_wrapper(
     outputs = {n for n in lowered.outputs if n}
     shaped = _shaped(schedule, specs, outputs)
     products = _product_calls(schedule, specs, shaped)
-    # Tensors bound in another shape than their spec's (a product taken unflattened).
+    # Names bound to a tensor unlike their spec: in another shape over the same
+    # row-major memory (a product taken unflattened), or anything (``raw``: a
+    # dead buffer's memory reused, where only kernels read the name).
     reshaped = {
         step.outputs[0]
         for step in schedule.steps
         if id(step) in products and products[id(step)].unflattened
     }
+    raw: set[str] = set()
+    own_tensor = shaped | view_bases  # names whose tensor itself is read
     # Views that only such calls took are never made.
     unused = {name for step in products.values() for name in step.views} - {
         n
@@ -144,27 +150,18 @@ def emit_loop_wrapper(
         if isinstance(step, Kernel):
             into = plan.takes.get(s, {})
             for out, buf in into.items():
-                take, spec = buf, specs[out]
-                if buf not in reshaped and specs[buf] == spec:
-                    pass
-                elif out not in shaped:
-                    reshaped.add(out)  # (kernels read its memory only)
-                elif _row_major(spec):
-                    take = f"{buf}.view({tuple(spec.sizes)})"
-                else:
-                    take = (
-                        f"{buf}.as_strided({tuple(spec.sizes)}, {tuple(spec.strides)})"
-                    )
+                take = _take(buf, specs[buf], specs[out], buf in reshaped, buf in raw)
+                if out not in own_tensor and take != buf:
+                    take = buf  # (kernels read its memory only)
+                    (raw if buf in raw else reshaped).add(out)
                 body.append(f"{out} = {take}  # written into {buf}'s memory")
             for name in sorted(step.stored):
                 if name in given or name in into:
                     continue  # an input updated in place, or a buffer taken
-                body += _allocate(
-                    plan.allocations[name],
-                    specs[name],
-                    name in tensor_needed,
-                    device,
-                )
+                alloc = plan.allocations[name]
+                if alloc.reuses is not None and name not in tensor_needed:
+                    raw.add(name)
+                body += _allocate(alloc, specs[name], name in tensor_needed, device)
             body.append(f"# {step.name}: {describe_origin(step.origin)}")
             args = []
             for name in _kernel_args(step):
@@ -384,6 +381,22 @@ def _ops(origin: tuple[str, ...]) -> tuple[str, ...]:
 
 def _refs(step: Extern) -> list[str]:
     return refs(step.args) + refs(step.kwargs)
+
+
+def _take(
+    buf: str, given: TensorSpec, spec: TensorSpec, reshaped: bool, raw: bool
+) -> str:
+    """The tensor with ``spec`` over the memory of ``buf`` (with spec ``given``,
+    bound to a tensor of another shape where ``reshaped``, to anything where
+    ``raw``): a stage written into that memory (``MemoryPlan.takes``)."""
+    sizes, strides = tuple(spec.sizes), tuple(spec.strides)
+    if raw:
+        return f"reinterpret({buf}, {spec.dtype}, {sizes}, {strides})"
+    if given == spec and not reshaped:
+        return buf
+    if _row_major(spec) and (reshaped or _row_major(given)):
+        return f"{buf}.view({sizes})"
+    return f"{buf}.as_strided({sizes}, {strides})"
 
 
 def _allocate(alloc, spec: TensorSpec, as_tensor: bool, device: str) -> list[str]:

@@ -300,10 +300,11 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
     per-element value of a reduction (over the stage's own inner range) reading
     it back from its own buffer instead; ``scope.spills`` says where the
     reduction stores it. The stage overwrites each element after reading it.
-    Not where the stage itself, a stage in between, or the reduction elsewhere
-    than at the element it stores, reads that buffer (one written into the
-    memory it reads last: ``memory.takes``, an input updated in place): the
-    spilled value would overwrite what they read."""
+    Not where the stage itself, a stage in between, or the reduction or one
+    before it (reductions may share its loop) elsewhere than at the element it
+    stores, reads that buffer (one written into the memory it reads last:
+    ``memory.takes``, an input updated in place): the spilled value would
+    overwrite what they read."""
     stages = list(kernel.stages)
     n_outer = len(kernel.outer)
     for pos, red in enumerate(stages):
@@ -326,7 +327,7 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
             ) + tuple(var(f"r{d}", size) for d, size in enumerate(red.reduce_sizes))
             if any(
                 ld.name == stage.name and (j > pos or ld.index != spilled_at)
-                for j in range(pos, later)
+                for j in range(later)
                 for ld in node_loads(stages[j])
             ):
                 continue
