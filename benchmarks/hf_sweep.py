@@ -6,13 +6,18 @@ compiled forward, and the first call's cold compile time; the last line counts
 the families that matched with one graph per size. The integration
 test (integration_tests/test_huggingface.py) checks twelve families in depth,
 training included; this sweep checks that the rest of the library captures too.
+With --train, each call is a training step instead (train mode, the backward of
+the sum of the floating outputs): the outputs, every parameter's gradient and
+the buffers (BatchNorm's running statistics) are compared with an eager copy's
+(vision models in float64: see ``sweep_one``).
 
-Run: python benchmarks/hf_sweep.py [--families gpt2,bert]
+Run: python benchmarks/hf_sweep.py [--families gpt2,bert] [--train]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import os
 import tempfile
@@ -194,27 +199,54 @@ def tensors(out) -> list[torch.Tensor]:
 
 def same(got: list, want: list) -> bool:
     return len(got) == len(want) and all(
-        torch.allclose(g, w, rtol=1e-3, atol=1e-4) for g, w in zip(got, want)
+        (g is None and w is None)
+        or (
+            g is not None
+            and w is not None
+            and torch.allclose(g, w, rtol=1e-3, atol=1e-4)
+        )
+        for g, w in zip(got, want)
     )
 
 
 SIZES = ((2, 8), (3, 12))  # (batch, sequence): the second call recompiles
 
 
-def sweep_one(family: str) -> tuple[bool, str]:
+def step(fn, model: torch.nn.Module, x: dict, train: bool) -> list:
+    """The output tensors of ``fn(**x)``; in training, then the gradients of the
+    sum of the floating ones and the model's buffers after the step."""
+    out = tensors(fn(**x))
+    if not train:
+        return out
+    for p in model.parameters():
+        p.grad = None
+    sum(t.sum() for t in out if t.requires_grad).backward()
+    grads = [p.grad for p in model.parameters()]
+    return [t.detach() for t in out] + grads + list(model.buffers())
+
+
+def sweep_one(family: str, train: bool = False) -> tuple[bool, str]:
     """Whether ``family`` matched eager with one graph per size, and its line."""
     torch.manual_seed(0)
     cfg = config(family)
-    model = transformers.AutoModel.from_config(cfg).eval()
+    model = transformers.AutoModel.from_config(cfg).train(train)
+    # BatchNorm in training over a batch of a few pixels normalizes pairs of
+    # nearly equal values: float32 rounding flips signs. float64 compares.
+    dtype = torch.float64 if train and family in VISION else torch.float32
+    model = model.to(dtype)
+    reference = copy.deepcopy(model)  # (a training step updates buffers)
     compiled = ember.compile(model)
     matches, cold = [], 0.0
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.set_grad_enabled(train), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for batch, seq in SIZES:
-            x = inputs(family, cfg, batch, seq)
-            want = tensors(model(**x))
+            x = {
+                k: v.to(dtype) if v.is_floating_point() else v
+                for k, v in inputs(family, cfg, batch, seq).items()
+            }
+            want = step(reference, reference, x, train)
             start = time.perf_counter()
-            got = tensors(compiled(**x))
+            got = step(compiled, model, x, train)
             cold = cold or time.perf_counter() - start
             matches.append(same(got, want))
     forward = compiled._compiled_forward
@@ -229,12 +261,14 @@ def sweep_one(family: str) -> tuple[bool, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join([*TEXT, *VISION]))
-    families = parser.parse_args().families.split(",")
+    parser.add_argument("--train", action="store_true", help="training steps")
+    args = parser.parse_args()
+    families = args.families.split(",")
     os.environ.setdefault("EMBER_CACHE_DIR", tempfile.mkdtemp(prefix="ember-sweep-"))
     whole = 0
     for family in families:
         try:
-            good, line = sweep_one(family)
+            good, line = sweep_one(family, args.train)
         except Exception as error:
             traceback.print_exc()
             good, line = False, f"error: {type(error).__name__}: {str(error)[:200]}"
