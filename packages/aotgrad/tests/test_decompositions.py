@@ -180,6 +180,30 @@ def test_decomposed_graph_is_core_only(name):
         assert not outside, f"{name}: not in the core set: {sorted(outside)}"
 
 
+def test_layer_norm_of_a_permuted_input_is_row_major_as_in_eager():
+    """Eager normalizes a row-major copy, so its output (and the input's
+    gradient) are row-major; a projection after it then views it without a
+    copy. The decomposition keeps those layouts."""
+
+    def fn(x, w, b):
+        return (F.layer_norm(x.permute(0, 2, 1), (4,), w, b),)
+
+    inputs = [r(2, 4, 3), r(4), r(4)]
+    compiled = check_against_eager(fn, inputs)
+    (out,) = compiled(*inputs)
+    assert out.stride() == fn(*inputs)[0].stride() == (12, 4, 1)
+
+    def norm(x):
+        return (F.layer_norm(x, (4,)),)
+
+    x = torch.randn(2, 4, 3).permute(0, 2, 1).requires_grad_()
+    (out,) = aot_compile(graph_of(norm, 1), [x], lambda g, e: g)(x)
+    (got,) = torch.autograd.grad(out.sum(), x)
+    (want,) = torch.autograd.grad(norm(x)[0].sum(), x)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want)
+
+
 def test_logsumexp_takes_its_log_at_the_reduced_shape():
     """Without keepdim the log and the add follow a plain sum (no size-1 dim
     and no squeeze after them), so codegen runs them in the sum's loops."""

@@ -13,6 +13,7 @@ from .forward import (
     channel_shape,
     count,
     picked_weights,
+    row_major,
     scalar,
     sum_keep,
 )
@@ -165,6 +166,7 @@ def log_softmax_backward(grad, out, dim, input_dtype):
 def native_layer_norm_backward(
     grad, x, normalized_shape, mean, rstd, weight, bias, mask
 ):
+    x, grad = row_major(x), row_major(grad)  # (as eager's kernel: see forward)
     axis = x.dim() - len(normalized_shape)
     inner = list(range(axis, x.dim()))
     outer = list(range(axis))

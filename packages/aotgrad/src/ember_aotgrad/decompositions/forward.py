@@ -34,6 +34,14 @@ def sum_keep(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return aten.sum.dim_IntList(x, dims, True)
 
 
+def row_major(x: torch.Tensor) -> torch.Tensor:
+    """``x``, copied row-major where it is not: what an eager kernel that reads
+    a contiguous copy computes on, so its results keep eager's layout."""
+    if x.is_contiguous():
+        return x
+    return aten.clone.default(x, memory_format=torch.contiguous_format)
+
+
 def apply_reduction(loss: torch.Tensor, reduction: int) -> torch.Tensor:
     if reduction == _REDUCTION_MEAN:
         return aten.div.Scalar(aten.sum.default(loss), loss.numel())
@@ -152,6 +160,9 @@ def safe_softmax(x, dim, dtype=None):
 
 @register_decomposition(aten.native_layer_norm.default)
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    # eager normalizes a row-major copy: its output is row-major whatever x's
+    # layout (after a permute, a projection then views it without a copy)
+    x = row_major(x)
     dims = list(range(x.dim() - len(normalized_shape), x.dim()))
     mean = aten.div.Scalar(sum_keep(x, dims), count(x, dims))
     centered = aten.sub.Tensor(x, mean)
