@@ -180,18 +180,20 @@ def test_decomposed_graph_is_core_only(name):
         assert not outside, f"{name}: not in the core set: {sorted(outside)}"
 
 
-def test_layer_norm_of_a_permuted_input_is_row_major_as_in_eager():
-    """Eager normalizes a row-major copy, so its output (and the input's
-    gradient) are row-major; a projection after it then views it without a
-    copy. The decomposition keeps those layouts."""
+def test_norms_of_a_permuted_input_are_row_major_as_in_eager():
+    """Eager's layer_norm and softmax kernels read a row-major copy, so their
+    outputs (and layer_norm's input gradient) are row-major; a projection
+    after them then views them without a copy. The decompositions keep those
+    layouts."""
 
     def fn(x, w, b):
-        return (F.layer_norm(x.permute(0, 2, 1), (4,), w, b),)
+        x = x.permute(0, 2, 1)
+        return (F.layer_norm(x, (4,), w, b), F.softmax(x, -1), F.log_softmax(x, 1))
 
     inputs = [r(2, 4, 3), r(4), r(4)]
     compiled = check_against_eager(fn, inputs)
-    (out,) = compiled(*inputs)
-    assert out.stride() == fn(*inputs)[0].stride() == (12, 4, 1)
+    for got, want in zip(compiled(*inputs), fn(*inputs)):
+        assert got.stride() == want.stride() == (12, 4, 1)
 
     def norm(x):
         return (F.layer_norm(x, (4,)),)

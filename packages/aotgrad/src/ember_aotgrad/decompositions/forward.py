@@ -129,6 +129,7 @@ def sgn(x):
 
 @register_decomposition(aten._softmax.default)
 def softmax(x, dim, half_to_float):
+    x = row_major(x)  # (eager's kernel reads a row-major copy: see row_major)
     if half_to_float:
         x = aten._to_copy.default(x, dtype=torch.float32)
     shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
@@ -138,6 +139,7 @@ def softmax(x, dim, half_to_float):
 
 @register_decomposition(aten._log_softmax.default)
 def log_softmax(x, dim, half_to_float):
+    x = row_major(x)
     if half_to_float:
         x = aten._to_copy.default(x, dtype=torch.float32)
     shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
