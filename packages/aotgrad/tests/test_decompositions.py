@@ -181,14 +181,21 @@ def test_decomposed_graph_is_core_only(name):
 
 
 def test_norms_of_a_permuted_input_are_row_major_as_in_eager():
-    """Eager's layer_norm and softmax kernels read a row-major copy, so their
-    outputs (and layer_norm's input gradient) are row-major; a projection
-    after them then views them without a copy. The decompositions keep those
-    layouts."""
+    """Eager's layer_norm, softmax and batch_norm kernels write row-major
+    results for a permuted input (and layer_norm's input gradient is
+    row-major); a projection after them then views them without a copy. The
+    decompositions keep those layouts."""
 
     def fn(x, w, b):
         x = x.permute(0, 2, 1)
-        return (F.layer_norm(x, (4,), w, b), F.softmax(x, -1), F.log_softmax(x, 1))
+        stats = torch.zeros(3), torch.ones(3)
+        return (
+            F.layer_norm(x, (4,), w, b),
+            F.softmax(x, -1),
+            F.log_softmax(x, 1),
+            F.batch_norm(x, *stats),  # (channels-last would be kept)
+            F.batch_norm(x, None, None, training=True),
+        )
 
     inputs = [r(2, 4, 3), r(4), r(4)]
     compiled = check_against_eager(fn, inputs)

@@ -42,6 +42,17 @@ def row_major(x: torch.Tensor) -> torch.Tensor:
     return aten.clone.default(x, memory_format=torch.contiguous_format)
 
 
+def suggested_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in the layout eager's batch norm writes its results in (the
+    input's suggested memory format): channels-last kept, any other layout
+    copied row-major."""
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        return x
+    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
+        return x
+    return row_major(x)
+
+
 def apply_reduction(loss: torch.Tensor, reduction: int) -> torch.Tensor:
     if reduction == _REDUCTION_MEAN:
         return aten.div.Scalar(aten.sum.default(loss), loss.numel())
@@ -196,6 +207,7 @@ def _batch_stats(x):
 
 
 def _normalize(x, mean, invstd, weight, bias):
+    x = suggested_layout(x)
     shape = channel_shape(x)
     out = aten.mul.Tensor(
         aten.sub.Tensor(x, aten.view.default(mean, shape)),
