@@ -73,22 +73,6 @@ SMALL = dict(
     decoder_start_token_id=1,
 )
 # Dropout off: eager and compiled draw different random streams.
-NO_DROPOUT = {
-    name: 0.0
-    for name in (
-        "hidden_dropout_prob",
-        "attention_probs_dropout_prob",
-        "attention_dropout",
-        "dropout",
-        "hidden_dropout",
-        "resid_pdrop",
-        "embd_pdrop",
-        "attn_pdrop",
-        "activation_dropout",
-        "summary_first_dropout",
-    )
-}
-
 TEXT = [
     "gpt2",
     "gpt_neox",
@@ -170,7 +154,13 @@ def config(family: str) -> transformers.PretrainedConfig:
     cls = type(transformers.AutoConfig.for_model(family))
     takes = set(inspect.signature(cls.__init__).parameters)
     sizes = {} if family in VISION else SMALL
-    kwargs = {k: v for k, v in {**sizes, **NO_DROPOUT}.items() if k in takes}
+    kwargs = {k: v for k, v in sizes.items() if k in takes}
+    # No dropout (nor drop path, layer drop): training steps then compare.
+    kwargs.update(
+        (name, 0.0)
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if "drop" in name and isinstance(p.default, float)
+    )
     return transformers.AutoConfig.for_model(family, **kwargs)
 
 
