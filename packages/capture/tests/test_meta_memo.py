@@ -46,6 +46,7 @@ def _describe(value):
             value.storage_offset(),
             value.dtype,
             value.requires_grad,
+            value.is_leaf,  # (an in-place op on a leaf that requires grad fails)
         )
     if isinstance(value, (tuple, list)):
         return type(value), [_describe(v) for v in value]
@@ -145,6 +146,23 @@ def test_in_place_metadata_change_is_not_memoized():
     result = a.t_()
     memo.record(text, inputs, before, result)
     assert memo.replay(text, inputs) is MISS
+
+
+def test_an_in_place_op_on_a_replayed_result_captures():
+    """The third layer's result is replayed (same metadata as the second's);
+    like the layer's own result it is no leaf, so ``h += x`` (a residual, as
+    torchvision's and transformers' ResNets write it) stays in the graph."""
+    layers = [torch.nn.Linear(4, 4) for _ in range(3)]
+
+    def f(x):
+        h = layers[2](layers[1](layers[0](x)))
+        h += x
+        return h
+
+    x = torch.randn(2, 4)
+    result = capture(f, x)
+    assert len(result.graphs) == 1 and result.break_reason is None
+    torch.testing.assert_close(result.build([g.gm for g in result.graphs])(x), f(x))
 
 
 def test_capture_records_and_reuses_what_it_ran():

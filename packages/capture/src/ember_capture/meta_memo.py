@@ -308,19 +308,40 @@ def _rebuild(spec: list, inputs: list[torch.Tensor]) -> object:
         return out if requires_grad or not out.requires_grad else out.detach()
     if tag == "new":
         shape, stride, _, dtype, requires_grad = spec[1:]
-        out = torch.empty_strided(
-            shape,
-            stride,
-            dtype=getattr(torch, dtype.removeprefix("torch.")),
-            device="meta",
-        )
-        return out.requires_grad_(True) if requires_grad else out
+        dtype = getattr(torch, dtype.removeprefix("torch."))
+        if requires_grad:
+            return _Computed.apply(_anchor(), shape, stride, dtype)
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     name, items = spec[1], [_rebuild(s, inputs) for s in spec[2]]
     if name == "tuple":
         return tuple(items)
     if name == "list":
         return items
     return getattr(torch.return_types, name.rsplit(".", 1)[1])(items)
+
+
+class _Computed(torch.autograd.Function):
+    """A new meta tensor made by an op whose inputs require grad: like the op's
+    own result, no leaf (an in-place op on a leaf that requires grad is an
+    error, so ``h += x`` after a replayed layer would fail)."""
+
+    @staticmethod
+    def forward(ctx, anchor, shape, stride, dtype):
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+
+    @staticmethod
+    def backward(ctx, grad):  # (capture never differentiates meta tensors)
+        return None, None, None, None
+
+
+_ANCHOR: list[torch.Tensor] = []
+
+
+def _anchor() -> torch.Tensor:
+    """A meta leaf that requires grad: what ``_Computed`` results derive from."""
+    if not _ANCHOR:
+        _ANCHOR.append(torch.empty((), device="meta", requires_grad=True))
+    return _ANCHOR[0]
 
 
 def _describe(value: object) -> object:
