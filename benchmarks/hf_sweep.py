@@ -156,11 +156,11 @@ def config(family: str) -> transformers.PretrainedConfig:
     sizes = {} if family in VISION else SMALL
     kwargs = {k: v for k, v in sizes.items() if k in takes}
     # No dropout (nor drop path, layer drop): training steps then compare.
-    kwargs.update(
-        (name, 0.0)
-        for name, p in inspect.signature(cls.__init__).parameters.items()
-        if "drop" in name and isinstance(p.default, float)
-    )
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if "drop" in name and isinstance(p.default, float):
+            kwargs[name] = 0.0
+        elif "drop" in name and isinstance(p.default, (list, tuple)):
+            kwargs[name] = [0.0] * len(p.default)  # (one rate per stage)
     return transformers.AutoConfig.for_model(family, **kwargs)
 
 
