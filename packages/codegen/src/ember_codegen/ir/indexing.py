@@ -84,6 +84,14 @@ class Index:
 ZERO = Index(())
 
 
+def offset(index: Sequence[Index], strides: Sequence[int]) -> Index:
+    """The flat element offset of a logical index in memory with ``strides``."""
+    total = ZERO
+    for i, s in zip(index, strides):
+        total = total + i * s
+    return total
+
+
 def const(value: int) -> Index:
     return Index((), value)
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..ir.aten import returns_view
-from ..ir.indexing import ZERO, Index, bounds, substitute, var, var_step
+from ..ir.indexing import ZERO, Index, bounds, offset, substitute, var, var_step
 from ..ir.nodes import Extern, Load, Pointwise, TensorSpec, node_loads, refs
 from .fusion import AliasView, Kernel, Schedule, inline_loads
 
@@ -172,14 +172,6 @@ def _dense(spec: TensorSpec) -> bool:
     return nbytes(spec) == math.prod(spec.sizes) * spec.dtype.itemsize
 
 
-def _flat(index: tuple[Index, ...], strides: tuple[int, ...]) -> Index:
-    """The element offset of ``index`` in memory laid out with ``strides``."""
-    total = ZERO
-    for i, stride in zip(index, strides):
-        total = total + i * stride
-    return total
-
-
 def _writable(
     kernel: Kernel, stage, dying: list[str], specs: dict[str, TensorSpec]
 ) -> str | None:
@@ -192,7 +184,7 @@ def _writable(
     spec = specs[stage.name]
     if not isinstance(stage, Pointwise) or not _dense(spec):
         return None
-    own = _flat(_own_index(stage), spec.strides)
+    own = offset(_own_index(stage), spec.strides)
     outer = [f"i{d}" for d in range(len(kernel.outer))]
     steps = {v: var_step(own, v) for v in outer}
     # The addresses of one outer element, where they are one dense block.
@@ -207,7 +199,7 @@ def _writable(
         if not _dense(given):
             continue
         reads = [
-            (j, _flat(ld.index, given.strides))
+            (j, offset(ld.index, given.strides))
             for j, other in enumerate(kernel.stages)
             for ld in node_loads(other)
             if ld.name == name
@@ -302,7 +294,7 @@ def write_into(
     aliases = {}
     for out, buf in takes.items():
         given, spec = specs[buf], specs[out]
-        at = _flat(
+        at = offset(
             tuple(var(f"i{d}", n) for d, n in enumerate(given.sizes)), given.strides
         )
         index = tuple(

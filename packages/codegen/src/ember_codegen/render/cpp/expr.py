@@ -14,7 +14,7 @@ from importlib import resources
 
 import torch
 
-from ...ir.indexing import ZERO, Index, Indirect, render, var
+from ...ir.indexing import Index, Indirect, offset, render, var
 from ...ir.nodes import (
     C_TYPES,
     HALF_TYPES,
@@ -261,14 +261,6 @@ class Body:
             return f"static_cast<{value_type(e.dtype)}>({render(e.index, leaf)})"
         at = render(offset(e.index, self.scope.strides[e.name]), leaf)
         return load_code(e.dtype, f"{e.name}[{at}]")
-
-
-def offset(index: tuple[Index, ...], strides: tuple[int, ...]) -> Index:
-    """The flat element offset of a logical index in a buffer with ``strides``."""
-    total = ZERO
-    for i, s in zip(index, strides):
-        total = total + i * s
-    return total
 
 
 def apply(

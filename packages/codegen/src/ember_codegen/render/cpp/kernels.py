@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from ...ir.indexing import Index, render, substitute, unit_stride_dim, var
+from ...ir.indexing import Index, offset, render, substitute, unit_stride_dim, var
 from ...ir.nodes import (
     C_TYPES,
     HALF_TYPES,
@@ -45,7 +45,6 @@ from .expr import (
     identity,
     ivar,
     numel,
-    offset,
     open_loops,
     store_code,
     value_type,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from ...ir.indexing import (
     Var,
     indirect_terms,
+    offset,
     render,
     substitute,
     unit_stride_dim,
@@ -40,7 +41,6 @@ from .expr import (
     identity,
     ivar,
     numel,
-    offset,
     open_loops,
     store_code,
     value_type,
