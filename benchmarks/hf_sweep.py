@@ -9,7 +9,8 @@ training included; this sweep checks that the rest of the library captures too.
 With --train, each call is a training step instead (train mode, the backward of
 the sum of the floating outputs): the outputs, every parameter's gradient and
 the buffers (BatchNorm's running statistics) are compared with an eager copy's
-(vision models in float64: see ``sweep_one``).
+(vision models in float64: see ``sweep_one``; within a tolerance of each tensor's
+largest magnitude: see ``close``).
 
 Run: python benchmarks/hf_sweep.py [--families gpt2,bert] [--train]
 """
@@ -187,14 +188,22 @@ def tensors(out) -> list[torch.Tensor]:
     return []
 
 
+def close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Within 1e-4 plus 1e-3 of the largest magnitude of ``want``: relative to
+    the tensor, not each element (a gradient through BatchNorm over a few
+    pixels spans eight orders of magnitude, and its small elements carry the
+    rounding of its large ones)."""
+    if got.shape != want.shape:
+        return False
+    if want.numel() == 0:
+        return True
+    error = (got.double() - want.double()).abs().max()
+    return bool(error <= 1e-4 + 1e-3 * want.double().abs().max())
+
+
 def same(got: list, want: list) -> bool:
     return len(got) == len(want) and all(
-        (g is None and w is None)
-        or (
-            g is not None
-            and w is not None
-            and torch.allclose(g, w, rtol=1e-3, atol=1e-4)
-        )
+        (g is None and w is None) or (g is not None and w is not None and close(g, w))
         for g, w in zip(got, want)
     )
 
