@@ -114,6 +114,14 @@ def _in_place(env: ShapeEnv, x, *args, **kwargs) -> Layout:
     return Layout(shape(x), strides(x))
 
 
+@shape_rule(aten.masked_fill_.Scalar, aten.masked_fill_.Tensor)
+def _masked_fill_(env: ShapeEnv, x, mask, value) -> Layout:
+    """``x.masked_fill_(mask, v)`` (an attention mask built in place): the
+    result is ``x``; the mask broadcasts to it (not tagged pointwise)."""
+    broadcast(env, shape(x), shape(mask))
+    return _in_place(env, x)
+
+
 # -- same sizes as an argument --------------------------------------------------------
 
 
