@@ -891,3 +891,34 @@ def test_a_stage_written_into_reused_memory_is_a_tensor_of_its_own_shape(loops):
     check(compiled, fn, x, a, b, c, rtol=1e-4, atol=1e-4)
     assert "reuses the memory of" in compiled.wrapper_source
     assert "reinterpret(" in compiled.wrapper_source
+
+
+def test_a_chain_of_takes_keeps_track_of_a_tensor_that_is_not_contiguous(loops):
+    """``out1`` is written into ``h``'s memory (h stored in x's dim order, not
+    row-major) and read by kernels only, so its name is bound to h's tensor as
+    it is; the output written into out1's memory is then a tensor of its own
+    layout over that memory (``reinterpret``), not a ``view`` of h's tensor."""
+
+    def costly(h):
+        for _ in range(6):  # stored once for its two readers
+            h = aten.mul.Tensor(aten.tanh.default(aten.sin.default(h)), 2.0)
+        return h
+
+    def scaled(t, a, b):
+        s = aten.sum.dim_IntList(t, [1, 2])
+        scale = aten.select.int(aten.select.int(s, 0, 0), 0, 0)
+        return aten.view.default(
+            aten.mm.default(a, aten.mul.Tensor(b, scale)), [2, 4, 6, 6]
+        )
+
+    def fn(x, a, b):
+        h = costly(aten.permute.default(x, [0, 2, 3, 1]))
+        back = aten.permute.default(h, [0, 3, 1, 2])
+        out1 = costly(aten.add.Tensor(back, scaled(h, a, b)))
+        again = scaled(aten.permute.default(out1, [0, 2, 3, 1]), a, b)
+        return (aten.add.Tensor(out1, again),)
+
+    x, a, b = torch.randn(2, 4, 6, 6), torch.randn(8, 5), torch.randn(5, 36)
+    compiled = loops(fn, x, a, b)
+    check(compiled, fn, x, a, b, rtol=1e-4, atol=1e-3)  # (twelve sin and tanh)
+    assert compiled.wrapper_source.count("# written into") == 2

@@ -153,7 +153,8 @@ def emit_loop_wrapper(
                 take = _take(buf, specs[buf], specs[out], buf in reshaped, buf in raw)
                 if out not in own_tensor and take != buf:
                     take = buf  # (kernels read its memory only)
-                    (raw if buf in raw else reshaped).add(out)
+                    contiguous = buf in reshaped or _row_major(specs[buf])
+                    (reshaped if contiguous and buf not in raw else raw).add(out)
                 body.append(f"{out} = {take}  # written into {buf}'s memory")
             for name in sorted(step.stored):
                 if name in given or name in into:
