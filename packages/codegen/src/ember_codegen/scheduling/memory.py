@@ -32,10 +32,10 @@ class MemoryPlan:
     # Output -> the input whose memory its kernel writes it into (the caller
     # copies that output into that input anyway: an update in place).
     in_place: dict[str, str] = field(default_factory=dict)
-    # Step -> {stage: the buffer whose memory the stage is written into}: a
-    # buffer of the same layout that this kernel reads last, each element
-    # before it is overwritten (an epilogue written into its library call's
-    # output, a softmax into its scores). No allocation at all.
+    # Step -> {stage: the buffer whose memory the stage is written into}: dense
+    # memory of the same dtype and size that this kernel reads last, each
+    # element before it is overwritten (an epilogue written into its library
+    # call's output, a softmax into its scores). No allocation at all.
     takes: dict[int, dict[str, str]] = field(default_factory=dict)
 
 
@@ -78,8 +78,8 @@ def plan_memory(
     free every other intermediate right after its last use. ``updates`` maps
     an output to the input it is the new value of: where nothing reads that
     input after the output's element is written, the output is written there.
-    A stage whose kernel is the last reader of a buffer of its own layout is
-    written into that buffer (``takes``) where ``_writable`` allows it."""
+    A stage whose kernel is the last reader of a buffer of its dtype and size
+    is written into that buffer (``takes``) where ``_writable`` allows it."""
     base = {name: view.base for name, view in schedule.views.items()}
     forever = math.inf
     last_use: dict[str, float] = {}
