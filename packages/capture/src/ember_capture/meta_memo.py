@@ -13,6 +13,7 @@ files by version). Ops whose answer the memo cannot replay exactly are not kept.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -334,14 +335,10 @@ class _Computed(torch.autograd.Function):
         return None, None, None, None
 
 
-_ANCHOR: list[torch.Tensor] = []
-
-
+@functools.cache
 def _anchor() -> torch.Tensor:
     """A meta leaf that requires grad: what ``_Computed`` results derive from."""
-    if not _ANCHOR:
-        _ANCHOR.append(torch.empty((), device="meta", requires_grad=True))
-    return _ANCHOR[0]
+    return torch.empty((), device="meta", requires_grad=True)
 
 
 def _describe(value: object) -> object:

@@ -116,12 +116,14 @@ class Dispatcher:
         The Counters object is cleared in place, so a caller holding it (to fill
         stage times) keeps seeing this dispatcher's counts."""
         with self._lock:
-            self._entries = ()
+            self._forget_entries()
             self.counters.clear()
             self.recompile_reasons = []
-            self._warned = False
-            self._gave_up = False
-            self._fallback = None
+
+    def _forget_entries(self) -> None:
+        """No entry, and a miss converts again (call with the lock held)."""
+        self._entries = ()
+        self._gave_up, self._fallback, self._warned = False, None, False
 
     def _code_replaced(self) -> None:
         """``fn.__code__ = ...`` keeps the function object: every entry was
@@ -129,8 +131,7 @@ class Dispatcher:
         with self._lock:
             if self.fn.__code__ is self._code:
                 return  # another thread saw it first
-            self._entries = ()
-            self._gave_up, self._fallback, self._warned = False, None, False
+            self._forget_entries()
             self._bind = _binder(self.fn)
             self._code = self.fn.__code__
             self.recompile_reasons.append("the function's __code__ was replaced")

@@ -120,8 +120,7 @@ def emit_loop_wrapper(
     pointers: set[str] = set()
     given = set(params) | set(lowered.constants.values())  # the caller's tensors
     outputs = {n for n in lowered.outputs if n}
-    shaped = _shaped(schedule, specs, outputs)
-    products = _product_calls(schedule, specs, shaped)
+    products = _product_calls(schedule, specs, outputs)
     # Names bound to a tensor unlike their spec: in another shape over the same
     # row-major memory (a product taken unflattened), or anything (``raw``: a
     # dead buffer's memory reused, where only kernels read the name).
@@ -131,7 +130,7 @@ def emit_loop_wrapper(
         if id(step) in products and products[id(step)].unflattened
     }
     raw: set[str] = set()
-    own_tensor = shaped | view_bases  # names whose tensor itself is read
+    own_tensor = tensor_needed | outputs  # names whose tensor itself is read
     # Views that only such calls took are never made.
     unused = {name for step in products.values() for name in step.views} - {
         n
@@ -153,8 +152,8 @@ def emit_loop_wrapper(
                 take = _take(buf, specs[buf], specs[out], buf in reshaped, buf in raw)
                 if out not in own_tensor and take != buf:
                     take = buf  # (kernels read its memory only)
-                    contiguous = buf in reshaped or _row_major(specs[buf])
-                    (reshaped if contiguous and buf not in raw else raw).add(out)
+                    row_major = buf in reshaped or _row_major(specs[buf])
+                    (reshaped if row_major and buf not in raw else raw).add(out)
                 body.append(f"{out} = {take}  # written into {buf}'s memory")
             for name in sorted(step.stored):
                 if name in given or name in into:
@@ -240,29 +239,18 @@ class Product:
     unflattened: bool  # the product keeps the leading dims of its input
 
 
-def _shaped(
-    schedule: Schedule, specs: dict[str, TensorSpec], outputs: set[str]
-) -> set[str]:
-    """The buffers whose tensors' shapes are read: outputs, library call
-    arguments and the bases of whole views (``_view`` binds the base itself);
-    kernels and strided views read only memory."""
-    shaped = outputs | {
-        n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
-    }
-    return shaped | {
-        s.base
-        for s in schedule.steps
-        if isinstance(s, AliasView) and _whole(s, specs[s.base])
-    }
-
-
 def _product_calls(
-    schedule: Schedule, specs: dict[str, TensorSpec], shaped: set[str]
+    schedule: Schedule, specs: dict[str, TensorSpec], outputs: set[str]
 ) -> dict[int, Product]:
     """The mm library calls (by ``id`` of the step) with a cheaper form. A
     flat view's own tensor is taken only where nothing reads the product's
-    shape (``shaped``)."""
+    shape (kernels and strided views read its memory)."""
     views = {s.name: s for s in schedule.steps if isinstance(s, AliasView)}
+    # (a view that is all of its base binds the base itself: ``_view``)
+    shaped = outputs | {
+        n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
+    }
+    shaped |= {v.base for v in views.values() if _whole(v, specs[v.base])}
     found = {}
     for step in schedule.steps:
         if not (

@@ -100,13 +100,14 @@ def plan_memory(
     plan = MemoryPlan()
     free: list[tuple[int, str]] = []  # (bytes, holder) of dead reusable memory
     donors: set[str] = set()
-    taken: dict[str, str] = {}  # buffer -> the stage written into its memory
+    taken: set[str] = set()  # buffers a stage was written into
+    takers: set[str] = set()  # those stages: their memory is such a buffer's
 
     def ours(name: str) -> bool:
         """Memory this graph made and nothing else holds a view of."""
         return name not in viewed and (
             name in plan.allocations
-            or name in taken.values()
+            or name in takers
             or _fresh_extern_output(schedule, name)
         )
 
@@ -131,12 +132,12 @@ def plan_memory(
                     else []
                 )
                 target = (updates or {}).get(stage.name)
-                into = _writable(step, stage, dying, specs)
                 if target and _updates_in_place(schedule, s, stage, target, specs):
                     plan.in_place[stage.name] = target  # no memory of its own
-                elif into is not None:
+                elif (into := _writable(step, stage, dying, specs)) is not None:
                     plan.takes.setdefault(s, {})[stage.name] = into
-                    taken[into] = stage.name
+                    taken.add(into)
+                    takers.add(stage.name)
                 elif fits:
                     chosen = min(fits)
                     free.remove(chosen)
@@ -160,7 +161,7 @@ def plan_memory(
             continue
         if (
             name in plan.allocations
-            or name in taken.values()
+            or name in takers
             or isinstance(schedule.buffers[name], Extern)
         ):
             plan.frees.setdefault(int(when), []).append(name)
@@ -194,9 +195,8 @@ def _writable(
     position = kernel.stages.index(stage)
     for name in dying:
         given = specs[name]
-        if given.dtype != spec.dtype or nbytes(given) != nbytes(spec):
-            continue
-        if not _dense(given):
+        same = given.dtype == spec.dtype and nbytes(given) == nbytes(spec)
+        if not (same and _dense(given)):
             continue
         reads = [
             (j, offset(ld.index, given.strides))
@@ -228,27 +228,17 @@ def _updates_in_place(
     schedule: Schedule, at: int, stage, target: str, specs: dict[str, TensorSpec]
 ) -> bool:
     """Whether the kernel at step ``at`` may store ``stage`` into input
-    ``target``'s memory: same layout, every element in its own place, and
-    every read of ``target`` before the write of its element: in the same
-    loop at the same index, or in an earlier loop of the kernel."""
-    spec = specs[target]
-    if not isinstance(stage, Pointwise) or specs[stage.name] != spec:
+    ``target``'s memory: the same layout (the caller gets the input itself
+    back), no later step or strided view reading ``target``, and the kernel's
+    reads of it as ``_writable`` allows."""
+    if specs[stage.name] != specs[target]:
         return False
-    if nbytes(spec) != math.prod(spec.sizes) * spec.dtype.itemsize:
-        return False  # overlapping or gapped memory: one write, several elements
     for s, step in enumerate(schedule.steps):
         if isinstance(step, AliasView) and step.base == target:
             return False
         if s > at and target in _step_uses(step):
             return False
-    kernel = schedule.steps[at]
-    own = _own_index(stage)
-    position = kernel.stages.index(stage)
-    for j, other in enumerate(kernel.stages):
-        for ld in node_loads(other):
-            if ld.name == target and (j > position or ld.index != own):
-                return False
-    return True
+    return _writable(schedule.steps[at], stage, [target], specs) == target
 
 
 def _own_index(stage) -> tuple:
