@@ -233,3 +233,32 @@ def test_entries_read_back_are_checked_before_they_are_replayed():
     }
     for what, bad in malformed.items():
         assert meta_memo.check_meta_results(bad) is not None, what
+
+
+class _CountingMode(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten ops run on meta tensors under it (as a faster provider
+    of meta results would answer them)."""
+
+    ops: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_meta_mode_is_entered_around_each_meta_run():
+    from ember_capture import capture_call
+
+    _CountingMode.ops = []
+
+    def f(x, w):
+        return torch.relu(x @ w).sum(-1)
+
+    x, w = torch.randn(3, 7), torch.randn(7, 11)  # sizes no other test uses:
+    # the memo cannot answer
+    result = capture_call(f, (x, w), {}, meta_mode=_CountingMode)
+    assert {torch.ops.aten.mm.default, torch.ops.aten.relu.default} <= set(
+        _CountingMode.ops
+    )
+    out = result.build([g.gm for g in result.graphs])(x, w)
+    torch.testing.assert_close(out, f(x, w))

@@ -30,6 +30,8 @@ _EXPORTS = {
     "SaveCompiled": "serialize",
     "load_compiled_aot": "serialize",
     "save_compiled_aot": "serialize",
+    "MetaRulesMode": "meta",
+    "meta_result": "meta",
     "Dynamic": "layout",
     "GraphLayout": "layout",
     "trace_to_aten": "trace",

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import autocast
+from . import autocast, symbolic
+from .dispatch_mode import DispatchMode
 from .errors import AotGradError
 from .functionalize import (
     IDENTITY_VIEWS,
@@ -32,15 +32,8 @@ from .functionalize import (
     replay,
     with_defaults,
 )
-from .symbolic import (
-    NoShapeRule,
-    ShapeEnv,
-    expr_of,
-    has_symbols,
-    is_symbolic,
-    run_symbolic,
-)
-from .symbolic.fx import SizeNodes
+from .meta import NOT_COVERED, meta_result
+from .symbolic.values import NoShapeRule, has_symbols, is_symbolic
 
 Decompositions = Mapping[torch._ops.OpOverload, Callable[..., Any]]
 
@@ -51,7 +44,7 @@ class NeedsRealTensors(Exception):
     """An op has no meta kernel: the trace must run again on real tensors."""
 
 
-class AtenRecorder(TorchDispatchMode):
+class AtenRecorder(DispatchMode):
     """Records functional aten calls on tracked tensors into ``self.graph``.
 
     ``on_meta`` says whether the traced values are meta tensors; ``device`` is the
@@ -64,13 +57,13 @@ class AtenRecorder(TorchDispatchMode):
         mutation_rules: Decompositions,
         device: torch.device,
         on_meta: bool,
-        env: ShapeEnv | None = None,
+        env: symbolic.ShapeEnv | None = None,
     ) -> None:
         super().__init__()
         self.graph = torch.fx.Graph()
         # With symbolic input sizes: their symbols, and the nodes computing sizes.
         self.env = env
-        self.sizes = SizeNodes(self.graph, None if env is None else env.value)
+        self.sizes = None if env is None else symbolic.SizeNodes(self.graph, env.value)
         self.decompositions = decompositions
         self.mutation_rules = mutation_rules
         self.device = device
@@ -115,7 +108,7 @@ class AtenRecorder(TorchDispatchMode):
         if isinstance(value, torch.device) and value.type == "meta":
             return self.device
         if isinstance(value, (torch.SymInt, torch.SymFloat)):
-            return self.sizes.node(expr_of(value))
+            return self.sizes.node(symbolic.expr_of(value))
         if is_symbolic(value):
             raise NoShapeRule(f"a symbolic {type(value).__name__} argument ({value})")
         return value
@@ -140,7 +133,7 @@ class AtenRecorder(TorchDispatchMode):
             )
         node = self._new_node(op, args, kwargs)
         if self.env is not None and has_symbols((vargs, vkwargs)):
-            value = run_symbolic(self.env, op, vargs, vkwargs)
+            value = symbolic.run_symbolic(self.env, op, vargs, vkwargs)
         else:
             value = op(*vargs, **vkwargs)
         node.meta["val"] = _snapshot(value)
@@ -279,8 +272,11 @@ class AtenRecorder(TorchDispatchMode):
                 kwargs = {**kwargs, "device": torch.device("meta")}
         try:
             if self.env is not None and has_symbols((args, kwargs)):
-                return run_symbolic(self.env, func, args, kwargs)
-            return autocast.lift(func(*args, **kwargs), self.on_device)
+                return symbolic.run_symbolic(self.env, func, args, kwargs)
+            result = meta_result(func, args, kwargs) if self.on_meta else NOT_COVERED
+            if result is NOT_COVERED:
+                result = func(*args, **kwargs)
+            return autocast.lift(result, self.on_device)
         except NoShapeRule:
             raise
         except NotImplementedError as e:
@@ -323,6 +319,9 @@ class AtenRecorder(TorchDispatchMode):
         if isinstance(out, torch.Tensor):
             self.track(out, node)
         elif isinstance(out, (tuple, list)):
+            # the whole value too: a compiler reads it instead of running the
+            # op's meta kernel again
+            node.meta["val"] = type(out)(_snapshot(item) for item in out)
             for i, item in enumerate(out):
                 if isinstance(item, torch.Tensor):
                     self.track(item, self._new_node(operator.getitem, (node, i)))

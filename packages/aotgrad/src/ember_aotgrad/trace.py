@@ -13,12 +13,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import sympy
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from . import autocast
+from . import autocast, symbolic
 from .decompositions import default_decompositions
 from .errors import AotGradError
 from .functionalize import MUTATION_RULES
@@ -36,8 +35,7 @@ from .recorder import (
     LocatingInterpreter,
     NeedsRealTensors,
 )
-from .symbolic import NoShapeRule, ShapeEnv, has_symbols
-from .symbolic.propagate import symbolic_tensor
+from .symbolic.values import NoShapeRule, has_symbols
 
 log = logging.getLogger("ember.aotgrad")
 
@@ -101,7 +99,9 @@ def _pinned(example_inputs, dynamic_dims) -> Dynamic:
     """Guards that hold only at the example sizes, for a trace that was asked
     for symbolic sizes and specialized: a caller that runs it at other sizes
     without checking its own guards gets the eager graph, never a wrong one."""
-    env = ShapeEnv()
+    import sympy  # only traces asked for symbolic sizes come here
+
+    env = symbolic.ShapeEnv()
     symbols, guards = {}, []
     for i, dims in sorted(dynamic_dims.items()):
         value = example_inputs[i]
@@ -127,7 +127,7 @@ def _trace(
     gm, example_inputs, decompositions, joint, standalone, on_meta, dynamic_dims=None
 ):
     device = trace_device(example_inputs)
-    env = ShapeEnv() if dynamic_dims else None
+    env = symbolic.ShapeEnv() if dynamic_dims else None
     rec = AtenRecorder(decompositions, MUTATION_RULES, device, on_meta, env)
     regions = autocast.has_regions(gm)
     if regions and on_meta:
@@ -172,7 +172,7 @@ def _symbolic_input(rec, value, node, index, dims, symbols) -> torch.Tensor:
     for d in dims:
         names[d] = name = f"s{len(symbols)}"
         symbols[name] = (index, d)
-    traced = symbolic_tensor(rec.env, value, names)
+    traced = symbolic.symbolic_tensor(rec.env, value, names)
     for d, name in names.items():
         rec.sizes.sources[rec.env.by_name[name]] = (node, d)
     return traced
@@ -306,7 +306,7 @@ def _record_backward(rec, flat, graph_outputs, tangent_outputs, values, grad_inp
     rec.recompute = False  # the backward's own ops
     try:
         with rec:
-            grads = torch.autograd.grad(outs, inputs, tangents, allow_unused=True)
+            grads = _vjp(outs, inputs, tangents)
     except (AotGradError, NeedsRealTensors, NoShapeRule):
         raise
     except Exception as e:
@@ -355,3 +355,14 @@ def trace_to_aten(
     """
     table = default_decompositions() if decompositions is None else decompositions
     return trace(gm, example_inputs, table, standalone=True).gm
+
+
+def _vjp(outs: list, inputs: list, tangents: list) -> tuple:
+    """``torch.autograd.grad(outs, inputs, tangents, allow_unused=True)`` by
+    autograd's engine itself: the tangents are made to match ``outs``, and the
+    Python layer's check of them imports torch's symbolic shapes (sympy,
+    0.2 s of a first compile)."""
+    engine = torch.autograd.Variable._execution_engine
+    return engine.run_backward(
+        tuple(outs), tuple(tangents), False, False, tuple(inputs), True, False
+    )

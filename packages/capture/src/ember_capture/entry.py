@@ -24,7 +24,7 @@ from .errors import CaptureError
 from .marks import never_captured
 from .output_graph import OutputGraph
 from .result import CaptureResult
-from .shapes import DynamicDims, SpecializeShapes, SymbolicShapes
+from .shapes import DynamicDims, MetaMode, SpecializeShapes, SymbolicShapes
 from .side_effects import written_values
 from .source import ClosureSource, GlobalsSource
 from .variables import ObjectValue
@@ -50,12 +50,15 @@ def capture_call(
     *,
     shapes: SymbolicShapes | None = None,
     dynamic_dims: DynamicDims | None = None,
+    meta_mode: MetaMode | None = None,
 ) -> CaptureResult:
     """``capture(fn, *args, **kwargs)``, with symbolic sizes where
     ``dynamic_dims(source, tensor)`` lists dims and ``shapes`` provides the
     shape rules (docs/dynamic.md). When an op meets a symbolic size it has no
     rule for, capture starts over with every size fixed and says why in
-    ``CaptureResult.specialized``."""
+    ``CaptureResult.specialized``. ``meta_mode()``, when given, is entered
+    around each op's run on meta tensors (the umbrella passes ember_aotgrad's
+    meta rules, which are faster than torch's meta kernels)."""
     if isinstance(fn, types.MethodType):
         fn, args = fn.__func__, (fn.__self__, *args)
     if not isinstance(fn, types.FunctionType):
@@ -66,7 +69,11 @@ def capture_call(
     bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
     bound.apply_defaults()
     return capture_frame(
-        fn, dict(bound.arguments), shapes=shapes, dynamic_dims=dynamic_dims
+        fn,
+        dict(bound.arguments),
+        shapes=shapes,
+        dynamic_dims=dynamic_dims,
+        meta_mode=meta_mode,
     )
 
 
@@ -76,9 +83,10 @@ def capture_frame(
     *,
     shapes: SymbolicShapes | None = None,
     dynamic_dims: DynamicDims | None = None,
+    meta_mode: MetaMode | None = None,
 ) -> CaptureResult:
     """Capture ``fn`` given its bound arguments by name (its initial locals);
-    ``shapes`` and ``dynamic_dims`` as in ``capture_call``."""
+    ``shapes``, ``dynamic_dims`` and ``meta_mode`` as in ``capture_call``."""
     fn = unrouted(fn)  # capture reads the user's code, not a routed copy's
     if not supported():
         raise CaptureError(
@@ -105,7 +113,7 @@ def capture_frame(
     specialized = None
     while True:
         try:
-            output = OutputGraph(shapes, dynamic_dims)
+            output = OutputGraph(shapes, dynamic_dims, meta_mode)
             output.autocast_to_python = to_python
             result = _capture_frame(fn, f_locals, output)
         except _LeaveBlocksToPython as restart:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import contextlib
 import contextvars
 import functools
 import operator
@@ -34,7 +35,7 @@ from .guards import (
     TensorSpec,
 )
 from .scalar_operands import rewrite_number_operands
-from .shapes import DynamicDims, SpecializeShapes, SymbolicShapes
+from .shapes import DynamicDims, MetaMode, SpecializeShapes, SymbolicShapes
 from .side_effects import (
     AttrWrite,
     CellWrite,
@@ -137,8 +138,10 @@ class OutputGraph:
         self,
         shapes: SymbolicShapes | None = None,
         dynamic_dims: DynamicDims | None = None,
+        meta_mode: MetaMode | None = None,
     ) -> None:
         self.graph = torch.fx.Graph()
+        self.meta_mode = meta_mode or contextlib.nullcontext
         # Symbolic sizes (docs/dynamic.md): the provider, its ShapeEnv, and for
         # each symbol's name the input and dim whose size it is.
         self.shapes = shapes if dynamic_dims is not None else None
@@ -620,7 +623,8 @@ class OutputGraph:
             meta_args = _scalars_on_cpu(meta_args)
         if symbolic:
             return self._run_symbolic(run, meta_args, meta_kwargs, devices, target)
-        result = autocast.call(run, meta_args, meta_kwargs, devices)
+        with self.meta_mode():
+            result = autocast.call(run, meta_args, meta_kwargs, devices)
         if memo_key is not None:
             meta_memo.MEMO.record(text, inputs, before, result)
         return result

@@ -1,5 +1,5 @@
-"""Symbolic sizes in capture: what capture needs from a provider of symbolic
-shapes, and the policy that says which input dims are symbols.
+"""Sizes in capture: what capture needs from a provider of symbolic shapes and
+from one of meta kernels, and the policy that says which input dims are symbols.
 
 Capture does not implement shape rules itself: the umbrella passes
 ``ember_aotgrad.symbolic`` as ``SymbolicShapes`` (stages share data, not code;
@@ -20,6 +20,12 @@ from .source import Source
 # Called with an int argument too (a local, or an entry of a list or dict
 # argument): any dims at all make the int itself a symbol.
 DynamicDims = Callable[[Source, torch.Tensor | int], Sequence[int]]
+
+
+# Makes the context capture enters around each op's run on meta tensors: one
+# whose results are torch's meta kernels' results, made faster (the umbrella
+# passes ember_aotgrad's MetaRulesMode).
+MetaMode = Callable[[], AbstractContextManager]
 
 
 class SymbolicShapes(Protocol):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+import ember_aotgrad
 import ember_capture
 from ember_runtime import (
     Counters,
@@ -165,6 +166,7 @@ def make_convert(
                     kwargs,
                     shapes=SHAPES if symbolic else None,
                     dynamic_dims=policy.dims if symbolic else None,
+                    meta_mode=_meta_rules,
                 )
         except ember_capture.CaptureError as e:
             if fullgraph:
@@ -360,3 +362,9 @@ def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
         other.failure if other else None,
     )
     return compile_guards(spec)
+
+
+def _meta_rules() -> contextlib.AbstractContextManager:
+    """Capture's meta runs through ember_aotgrad's meta rules: torch's meta
+    kernels are slower and the first of them imports torch's compiler frontend."""
+    return ember_aotgrad.MetaRulesMode()

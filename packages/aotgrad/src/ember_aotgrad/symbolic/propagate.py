@@ -13,26 +13,12 @@ from collections.abc import Sequence
 import sympy
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..dispatch_mode import DispatchMode
 from . import views  # noqa: F401  (registers the view rules)
 from .rules import Layout, NoShapeRule, rule_for
-from .sym import ShapeEnv, hint_of, is_symbolic
-
-
-def has_symbols(args: object) -> bool:
-    """Whether any tensor in ``args`` has a symbolic size or any value is symbolic."""
-    for leaf in pytree.tree_leaves(args):
-        parts = (leaf.start, leaf.stop, leaf.step) if isinstance(leaf, slice) else ()
-        if any(is_symbolic(p) for p in parts):  # ``x[:, :n]`` with a symbolic n
-            return True
-        if is_symbolic(leaf):
-            return True
-        if isinstance(leaf, torch.Tensor) and any(
-            is_symbolic(s) for s in (*leaf.shape, *leaf.stride())
-        ):
-            return True
-    return False
+from .sym import ShapeEnv
+from .values import has_symbols, hint_of
 
 
 def concrete(value: object) -> object:
@@ -146,7 +132,7 @@ def symbolic_tensor(
     return meta.requires_grad_(value.requires_grad)
 
 
-class SymbolicMode(TorchDispatchMode):
+class SymbolicMode(DispatchMode):
     """Runs every aten op on tensors with symbolic sizes through its shape
     rule (for callers that run torch-level code on such tensors, as capture
     does); ops on tensors of fixed sizes run as they are."""

@@ -17,7 +17,8 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
-from .sym import NoShapeRule, ShapeEnv, expr_of
+from .sym import ShapeEnv, expr_of
+from .values import NoShapeRule
 
 aten = torch.ops.aten
 Shape = tuple[sympy.Expr, ...]

@@ -17,9 +17,7 @@ from collections.abc import Callable, Iterable
 import sympy
 import torch
 
-
-class NoShapeRule(Exception):
-    """The op's output sizes cannot be written symbolically (yet)."""
+from .values import NoShapeRule
 
 
 class ShapeEnv:
@@ -437,14 +435,3 @@ def expr_of(value: object) -> sympy.Basic:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return value.node.expr
     return _expr(value)
-
-
-def hint_of(value: object) -> object:
-    """The example value of a SymInt, SymFloat or SymBool (others unchanged)."""
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return value.node.hint
-    return value
-
-
-def is_symbolic(value: object) -> bool:
-    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))

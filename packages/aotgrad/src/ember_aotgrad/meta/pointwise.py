@@ -1,0 +1,102 @@
+"""Pointwise ops: one rule for the whole family (every op torch tags pointwise,
+of the plain kind), and the copy's rule."""
+
+from __future__ import annotations
+
+import torch
+
+from .layout import (
+    broadcast,
+    dense,
+    elementwise_strides,
+    operands,
+    plain_meta,
+    probe,
+    row_major_strides,
+    tensors_in,
+)
+from .registry import FAMILIES, Decline, Rule, meta_rule
+
+aten = torch.ops.aten
+
+
+def _pointwise_family(func: torch._ops.OpOverload) -> Rule | None:
+    """The pointwise rule for a pointwise op of the plain kind: one tensor
+    returned, no lists, functional or in place on self, no random numbers."""
+    tags = func.tags
+    if torch.Tag.pointwise not in tags or torch.Tag.nondeterministic_seeded in tags:
+        return None
+    schema = func._schema
+    returns = schema.returns
+    if len(returns) != 1 or str(returns[0].type) != "Tensor":
+        return None
+    for arg in schema.arguments:
+        if isinstance(arg.type, torch.ListType) or "Generator" in str(arg.type):
+            return None
+    writes = [a for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+    if not writes:
+        return _pointwise
+    if writes == [schema.arguments[0]] and not schema.arguments[0].kwarg_only:
+        return _pointwise_in_place
+    return None
+
+
+FAMILIES.append(_pointwise_family)
+
+
+def _pointwise(func, *args, **kwargs) -> torch.Tensor:
+    operands((args, kwargs), plain_meta)
+    tensors = tensors_in((args, kwargs))
+    shape = broadcast(*(t.shape for t in tensors))
+    dtype = probe(func, args, kwargs).dtype
+    strides = elementwise_strides(shape, tensors)
+    return torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+
+
+def _pointwise_in_place(func, target, *args, **kwargs) -> torch.Tensor:
+    tensors = operands((target, args, kwargs), plain_meta)
+    if target.device.type != "meta":
+        raise Decline
+    if broadcast(*(t.shape for t in tensors)) != tuple(target.shape):
+        raise Decline
+    probe(func, (target, *args), kwargs)  # raises where the result cannot be cast
+    return target
+
+
+@meta_rule(aten.clone.default)
+def _clone(func, x, memory_format=None) -> torch.Tensor:
+    """A copy keeps the strides of a dense input (odd size-1 strides too)."""
+    (x,) = operands((x, memory_format), plain_meta)
+    return torch.empty_strided(
+        x.shape, _preserved(x, memory_format), dtype=x.dtype, device="meta"
+    )
+
+
+@meta_rule(
+    aten.empty_like.default,
+    aten.zeros_like.default,
+    aten.ones_like.default,
+    aten.full_like.default,
+)
+def _like(func, x, *args, memory_format=None, **kwargs) -> torch.Tensor:
+    """A new tensor like ``x``: its strides as a copy's, its dtype as given."""
+    (x,) = operands((x, memory_format), plain_meta)
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "meta":
+        raise Decline
+    if kwargs.get("layout") not in (None, torch.strided) or kwargs.get("pin_memory"):
+        raise Decline
+    dtype = probe(func, (x, *args), kwargs).dtype
+    strides = _preserved(x, memory_format)
+    return torch.empty_strided(x.shape, strides, dtype=dtype, device="meta")
+
+
+def _preserved(x: torch.Tensor, memory_format) -> tuple[int, ...]:
+    """The strides torch gives a copy of ``x`` that preserves its format."""
+    if x.numel() == 0:
+        raise Decline
+    if memory_format is torch.contiguous_format:
+        return row_major_strides(x.shape)
+    if dense(x):
+        return tuple(x.stride())
+    return elementwise_strides(x.shape, [x])
