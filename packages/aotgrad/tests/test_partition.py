@@ -80,6 +80,30 @@ def test_min_cut_recomputes_pointwise_ops_in_the_backward():
     check_against_eager(fn, [x, w], partitioner=min_cut_partition)
 
 
+def test_min_cut_saves_a_pointwise_value_a_backward_matmul_reads():
+    # GELU's output feeds the second linear, whose weight gradient (a matmul in
+    # the backward) reads it: recomputing it would be a whole extra pass, so it
+    # is saved beside the first matmul's output, as eager saves both.
+    def fn(x, w1, w2):
+        return ((F.gelu(x @ w1) @ w2).sum(),)
+
+    x = torch.randn(4, 5)
+    w1, w2 = (
+        torch.randn(5, 6, requires_grad=True),
+        torch.randn(6, 3, requires_grad=True),
+    )
+    compiled = aot_compile(
+        graph_of(fn, 3), [x, w1, w2], lambda g, e: g, partitioner=min_cut_partition
+    )
+    saved = compiled.partition.saved
+    assert any(n.startswith("mm") for n in saved)
+    assert any(n.startswith("mul") for n in saved), saved  # GELU's last multiply
+    backward = compiled.partition.backward.graph.nodes
+    erfs = [n for n in backward if n.target is torch.ops.aten.erf.default]
+    assert len(erfs) == 1  # GELU's derivative; its output is not computed again
+    check_against_eager(fn, [x, w1, w2], partitioner=min_cut_partition)
+
+
 def test_default_partition_saves_what_the_backward_reads():
     def fn(x):
         return ((torch.exp(x) * 3).sum(),)

@@ -19,7 +19,7 @@ from itertools import pairwise
 import torch
 import torch.fx
 
-from .core import RANDOM, RECOMPUTABLE, VIEWS
+from .core import LIBRARY_CALLS, POINTWISE, RANDOM, RECOMPUTABLE, VIEWS
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ def min_cut_partition(
     joint: torch.fx.GraphModule, num_forward_outputs: int
 ) -> Partition:
     """Saves the fewest bytes: cheap pointwise and view ops are recomputed in the
-    backward from the saved values instead of being saved themselves."""
+    backward from the saved values instead of being saved themselves, except a
+    pointwise value that a backward matmul or convolution reads."""
     graph = _JointView(joint, num_forward_outputs)
     candidates = [
         n
@@ -68,7 +69,7 @@ def min_cut_partition(
     for n in candidates:
         forced = _must_recompute(n)
         flow.add(("in", n), ("out", n), _INF if forced else _weight(n))
-        if n.op == "placeholder" or not (forced or _recomputable(n)):
+        if n.op == "placeholder" or not (forced or _recomputable(n, graph)):
             flow.add(flow.source, ("in", n), _INF)
         if n in graph.grads or any(u in graph.backward_ops for u in n.users):
             flow.add(("out", n), flow.sink, _INF)
@@ -85,8 +86,28 @@ def min_cut_partition(
 _INF = 1 << 62
 
 
-def _recomputable(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target in RECOMPUTABLE
+def _recomputable(node: torch.fx.Node, graph: _JointView) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target in RECOMPUTABLE
+        and not (node.target in POINTWISE and _read_by_library_call(node, graph))
+    )
+
+
+def _read_by_library_call(node: torch.fx.Node, graph: _JointView) -> bool:
+    """Whether a backward library call (a matmul, a convolution) reads ``node``,
+    directly or through views. It must then exist as a tensor in the backward:
+    recomputing it is a whole extra pass over it, where saving it costs only
+    memory it had anyway (eager saves it too: GELU's output for the weight
+    gradient of the linear after it)."""
+    todo = list(node.users)
+    while todo:
+        user = todo.pop()
+        if user.target in LIBRARY_CALLS and user in graph.backward_ops:
+            return True
+        if user.target in VIEWS:
+            todo.extend(user.users)
+    return False
 
 
 def _must_recompute(node: torch.fx.Node) -> bool:
