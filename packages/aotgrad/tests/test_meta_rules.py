@@ -5,6 +5,7 @@ for a plain program."""
 import itertools
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -199,6 +200,14 @@ def test_layouts_with_a_number_operand_match_eager():
     for shape in [(2, 1, 4), (2, 3, 4), (4, 1, 3, 5)]:
         for strides in _layouts(shape):
             assert _check(aten.mul.Tensor, (_strided(shape, strides), number), {})
+
+
+def test_the_probe_draws_no_warnings():
+    # var of one element has no degrees of freedom; the real (8, 64) one has
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        var = meta_result(aten.var.correction, (_meta(8, 64), [1]), {"correction": 1})
+    assert var.shape == (8,)
 
 
 def test_the_probe_runs_below_autocast():
