@@ -40,18 +40,18 @@ def _arange(func, start, end, step=1, **kwargs) -> torch.Tensor:
     numbers = (start, end, step)
     if not all(type(n) in (int, float) for n in numbers) or step == 0:
         raise Decline
-    if all(type(n) is int for n in numbers):
-        length = -((start - end) // step)
-    elif all(math.isfinite(n) for n in numbers):
-        length = math.ceil((end - start) / step)
-    else:
-        raise Decline
-    if length < 0:
-        raise Decline
     # the same Python types (they choose the dtype), one element
     dtype = probe(
         func, tuple(type(n)(v) for n, v in zip(numbers, (0, 1, 1))), kwargs
     ).dtype
+    if all(type(n) is int for n in numbers):
+        length = -((start - end) // step)
+    elif dtype.is_floating_point and all(math.isfinite(n) for n in numbers):
+        length = math.ceil((end - start) / step)
+    else:  # float bounds in an integer dtype: eager truncates them first
+        raise Decline
+    if length < 0:
+        raise Decline
     return empty((length,), dtype)
 
 

@@ -4,7 +4,6 @@ probe that asks torch's CPU kernel for a result's dtype."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 
@@ -82,17 +81,27 @@ def broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def probe(func: torch._ops.OpOverload, args: tuple, kwargs: dict, shape=None):
+def probe(
+    func: torch._ops.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    shape=None,
+    fresh: bool = True,
+):
     """``func`` run by its CPU kernel on stand-ins for the meta tensors (ones of
     ``shape(t)``, by default one element of the same rank class: 0-dim stays
     0-dim, as type promotion tells them apart; CPU tensors as they are);
-    Declines when it raises."""
+    Declines when it raises, and, when ``fresh``, when its result shares memory
+    with an input (``positive`` of a real tensor returns the tensor itself: an
+    alias a new meta tensor would not be)."""
+    made: list[torch.Tensor] = []
 
     def stand_in(t: torch.Tensor) -> torch.Tensor:
         if t.device.type != "meta":  # a wrapped number: its kind counts
             return t
         size = shape(t) if shape is not None else (() if t.dim() == 0 else (1,))
-        return torch.ones(size, dtype=t.dtype, device="cpu")
+        made.append(torch.ones(size, dtype=t.dtype, device="cpu"))
+        return made[-1]
 
     def on_cpu(d: torch.device) -> torch.device:
         return torch.device("cpu")
@@ -103,14 +112,16 @@ def probe(func: torch._ops.OpOverload, args: tuple, kwargs: dict, shape=None):
     # inputs are already in the dtypes autocast gave them.
     casts = torch.is_autocast_enabled("cpu")
     try:
-        # a one-element stand-in draws warnings the real op would not (var's
-        # degrees of freedom): the op itself warns when it runs
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with torch.autocast("cpu", enabled=False) if casts else nullcontext():
-                return func(*args, **kwargs)
+        with torch.autocast("cpu", enabled=False) if casts else nullcontext():
+            result = func(*args, **kwargs)
     except Exception as e:
         raise Decline from e
+    if fresh:
+        inputs = {t.untyped_storage().data_ptr() for t in made} - {0}
+        for out in tensors_in(result):
+            if out.untyped_storage().data_ptr() in inputs:
+                raise Decline
+    return result
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

@@ -46,6 +46,8 @@ def _softmax_backward(func, grad, out, dim, input_dtype) -> torch.Tensor:
     require_row_major((grad, out))
     if grad.shape != out.shape or grad.dtype != input_dtype:
         raise Decline
+    if not -max(grad.dim(), 1) <= dim < max(grad.dim(), 1):
+        raise Decline
     return empty(grad.shape, input_dtype)
 
 
@@ -156,6 +158,8 @@ def _cat(func, tensors, dim=0) -> torch.Tensor:
     rank = parts[0].dim()
     if rank == 0 or any(t.dim() != rank for t in parts) or rank == 5:
         raise Decline
+    if not -rank <= dim < rank:
+        raise Decline
     dim %= rank
     rest = {tuple(t.shape[:dim]) + tuple(t.shape[dim + 1 :]) for t in parts}
     if len(rest) != 1:
@@ -181,7 +185,7 @@ def _index_select(func, x, dim, index) -> torch.Tensor:
     require_row_major(index)
     if index.dim() > 1 or index.dtype not in (torch.int64, torch.int32):
         raise Decline
-    if x.dim() == 0:
+    if not -x.dim() <= dim < x.dim():  # (a 0-dim input too)
         raise Decline
     shape = list(x.shape)
     shape[dim % x.dim()] = index.numel()
@@ -210,6 +214,11 @@ def _gather(func, x, dim, index, *, sparse_grad=False) -> torch.Tensor:
     operands(index, plain_meta)
     if index.dtype != torch.int64 or index.dim() != x.dim() or sparse_grad:
         raise Decline
+    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
+        raise Decline
+    others = [d for d in range(x.dim()) if d != dim % x.dim()]
+    if any(index.shape[d] > x.shape[d] for d in others):
+        raise Decline  # eager raises
     return empty(index.shape, x.dtype)
 
 

@@ -7,11 +7,13 @@ import torch
 
 from .layout import (
     broadcast,
+    broadcast_strides,
     dense,
     elementwise_strides,
     operands,
     plain_meta,
     probe,
+    row_major,
     row_major_strides,
     tensors_in,
 )
@@ -44,13 +46,50 @@ def _pointwise_family(func: torch._ops.OpOverload) -> Rule | None:
 FAMILIES.append(_pointwise_family)
 
 
+# Pointwise ops whose CPU kernels do not lay their result out as TensorIterator
+# does (found by tests/test_meta_rules.py's layout sweep): they take the
+# row-major path only.
+OWN_LAYOUTS = frozenset({aten.mvlgamma.default})
+
+
 def _pointwise(func, *args, **kwargs) -> torch.Tensor:
-    operands((args, kwargs), plain_meta)
+    metas = operands((args, kwargs), plain_meta)
     tensors = tensors_in((args, kwargs))
     shape = broadcast(*(t.shape for t in tensors))
     dtype = probe(func, args, kwargs).dtype
-    strides = elementwise_strides(shape, tensors)
+    if all(row_major(t) for t in metas):
+        strides = row_major_strides(shape)
+    elif func in OWN_LAYOUTS:
+        raise Decline
+    else:
+        strides = _laid_out(shape, metas, tensors)
     return torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+
+
+def _laid_out(shape, metas, tensors) -> tuple[int, ...]:
+    """The result's strides when some input is not row-major, in the cases
+    where TensorIterator's choice does not hang on details this rule does not
+    model; Declines otherwise:
+    - a size-0 or size-1 dim (their strides follow its fast path, which a
+      Python number operand turns off, and ties);
+    - inputs of several dtypes (it copies those of another dtype first, and a
+      broadcast or sliced input's copy has new strides);
+    - inputs that order two dims differently (then the order in which its
+      kernel lists them decides, not the schema's)."""
+    if any(size < 2 for size in shape):
+        raise Decline
+    if len({t.dtype for t in metas if t.dim() > 0}) > 1:
+        raise Decline
+    strides = elementwise_strides(shape, tensors)
+    for t in metas:
+        own = broadcast_strides(t, shape)
+        for a in range(len(shape)):
+            for b in range(a + 1, len(shape)):
+                if own[a] == 0 or own[b] == 0:
+                    continue
+                if own[a] == own[b] or (own[a] < own[b]) != (strides[a] < strides[b]):
+                    raise Decline
+    return strides
 
 
 def _pointwise_in_place(func, target, *args, **kwargs) -> torch.Tensor:
@@ -59,8 +98,20 @@ def _pointwise_in_place(func, target, *args, **kwargs) -> torch.Tensor:
         raise Decline
     if broadcast(*(t.shape for t in tensors)) != tuple(target.shape):
         raise Decline
-    probe(func, (target, *args), kwargs)  # raises where the result cannot be cast
+    # raises where the result cannot be cast to the target's dtype
+    probe(func, (target, *args), kwargs, fresh=False)
     return target
+
+
+@meta_rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(func, x, mask, value) -> torch.Tensor:
+    """Eager fills a row-major copy of ``x`` broadcast to the mask's shape."""
+    operands((x, mask, value), plain_meta)
+    if mask.dtype != torch.bool:
+        raise Decline
+    shape = broadcast(x.shape, mask.shape)
+    dtype = probe(func, (x, mask, value), {}).dtype
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 @meta_rule(aten.clone.default)

@@ -31,17 +31,28 @@ aten = torch.ops.aten
     aten.argmin.default,
 )
 def _reduction(func, x, *args, **kwargs) -> torch.Tensor:
+    shape, small = _reduced(func, x, args, kwargs)
+    return empty(shape, small.dtype)
+
+
+def _reduced(func, x, args, kwargs) -> tuple[list[int], object]:
+    """The result's sizes, and the op's result on a stand-in of ones of the
+    same rank (its dtypes; it raises where the dims are out of range)."""
     (x,) = require_row_major(x)
     if x.numel() == 0:  # eager raises for some (amax), returns identities for others
         raise Decline
-    small = probe(func, (x, *args), kwargs, shape=lambda t: (1,) * t.dim())
+    # two elements a dim: a variance of one element would warn (torch turns a
+    # kernel's warnings into Python ones only when the outermost call returns,
+    # past any filter set here)
+    small = probe(func, (x, *args), kwargs, shape=lambda t: (2,) * t.dim())
     dims, keepdim = _reduced_dims(func, x, args, kwargs)
     shape = [
         1 if d in dims else s for d, s in enumerate(x.shape) if keepdim or d not in dims
     ]
-    if len(shape) != small.dim():
+    first = small[0] if isinstance(small, tuple) else small
+    if len(shape) != first.dim():
         raise Decline
-    return empty(shape, small.dtype)
+    return shape, small
 
 
 def _reduced_dims(func, x, args, kwargs) -> tuple[set[int], bool]:
@@ -49,7 +60,9 @@ def _reduced_dims(func, x, args, kwargs) -> tuple[set[int], bool]:
     bound = dict(zip(names, args)) | kwargs
     dim = bound.get("dim")
     keepdim = bool(bound.get("keepdim", False))
-    if dim is None or (isinstance(dim, Sequence) and len(dim) == 0):
+    if isinstance(dim, Sequence) and len(dim) == 0:
+        raise Decline  # all dims for some ops, none for others (any.dims)
+    if dim is None:
         return set(range(x.dim())), keepdim
     dims = [dim] if isinstance(dim, int) else list(dim)
     rank = max(x.dim(), 1)
@@ -58,8 +71,8 @@ def _reduced_dims(func, x, args, kwargs) -> tuple[set[int], bool]:
 
 @meta_rule(aten.var_mean.correction)
 def _var_mean(func, x, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    var = _reduction(aten.var.correction, x, *args, **kwargs)
-    return var, empty(var.shape, var.dtype)
+    shape, (var, mean) = _reduced(func, x, args, kwargs)
+    return empty(shape, var.dtype), empty(shape, mean.dtype)
 
 
 @meta_rule(aten.max.dim, aten.min.dim)
