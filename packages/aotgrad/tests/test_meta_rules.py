@@ -316,6 +316,8 @@ def test_in_place_returns_its_target_and_declines_growth():
     assert meta_result(aten.add_.Tensor, (small, x), {}) is NOT_COVERED
     ints = torch.empty(4, dtype=torch.int64, device="meta")
     assert meta_result(aten.add_.Tensor, (ints, small), {}) is NOT_COVERED
+    spread = small.expand(3, 4)  # eager refuses to write a broadcast target
+    assert meta_result(aten.add_.Tensor, (spread, x), {}) is NOT_COVERED
 
 
 REDUCTIONS = [

@@ -96,6 +96,8 @@ def _pointwise_in_place(func, target, *args, **kwargs) -> torch.Tensor:
     tensors = operands((target, args, kwargs), plain_meta)
     if target.device.type != "meta":
         raise Decline
+    if any(st == 0 and n > 1 for n, st in zip(target.shape, target.stride())):
+        raise Decline  # a broadcast target: eager refuses to write it
     if broadcast(*(t.shape for t in tensors)) != tuple(target.shape):
         raise Decline
     # raises where the result cannot be cast to the target's dtype

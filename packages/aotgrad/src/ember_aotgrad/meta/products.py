@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .layout import broadcast, empty
+from .layout import broadcast, empty, row_major
 from .registry import Decline, meta_rule
 
 aten = torch.ops.aten
@@ -59,7 +59,7 @@ def _convolution(
     spatial = x.dim() - 2
     if transposed or spatial < 1 or weight.dim() != x.dim():
         raise Decline
-    if not all(t.is_contiguous() for t in tensors):  # other layouts pick theirs
+    if not all(row_major(t) for t in tensors):  # other layouts pick theirs
         raise Decline
     if x.shape[1] != weight.shape[1] * groups or weight.shape[0] % groups:
         raise Decline
