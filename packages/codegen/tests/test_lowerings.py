@@ -1023,6 +1023,48 @@ def test_relu_mask_select_over_odd_rows(loops, width, literal):
     check(loops(fn, x, a, b), fn, x, a, b)
 
 
+def test_relu_mask_select_of_a_dropout_gradient(loops):
+    """Dropout after ReLU, backward: the relu recomputed, compared and
+    selected on, the mask scaled. GCC 12.2 at -O3 -march=native with
+    -fno-tree-fre wrote zeros everywhere for (4, 5) unless
+    -fno-tree-loop-if-convert (build.py); -fno-tree-dominator-opts fixed it
+    too but broke the slice test below."""
+
+    def fn(x, mask, tangent):
+        scaled = aten.mul.Tensor(
+            aten.mul.Tensor(tangent, 3), aten.div.Scalar(mask, 0.5)
+        )
+        dead = aten.le.Scalar(aten.relu.default(x), 0)
+        return (aten.where.self(dead, aten.scalar_tensor.default(0.0), scaled),)
+
+    for shape in [(4, 5), (3, 9), (2, 16), (7, 33)]:
+        x, tangent = torch.randn(shape), torch.randn(shape)
+        mask = torch.bernoulli(torch.full(shape, 0.5))
+        check(loops(fn, x, mask, tangent), fn, x, mask, tangent)
+
+
+@pytest.mark.parametrize(
+    "shape", [(4, 5), (1, 17), (5, 3), (3, 1, 7), (2, 40)], ids=str
+)
+def test_relu_compares_selected_on_over_small_rows(loops, shape):
+    """The pattern GCC 12.2 miscompiled three times (build.py): a relu, a
+    comparison of it, a select on that; each comparison and select kind."""
+
+    def fn(x, y):
+        relu = aten.relu.default(x)
+        zero = aten.scalar_tensor.default(0.0)
+        outs = []
+        for compare in (aten.le.Scalar, aten.lt.Scalar, aten.gt.Scalar, aten.ge.Scalar):
+            for bound in (0, 0.5):
+                mask = compare(relu, bound)
+                outs.append(aten.where.self(mask, zero, aten.mul.Scalar(y, 3)))
+                outs.append(aten.masked_fill.Scalar(y, mask, 0.0))
+        return tuple(outs)
+
+    x, y = torch.randn(shape), torch.randn(shape)
+    check(loops(fn, x, y), fn, x, y)
+
+
 def test_cumsum_and_cumprod_fold_in_order_in_torch_accumulate_types(loops):
     """float32 folds in float64 (torch's CPU kernel does), so even a long
     cumsum matches bit for bit; integers and bools give int64."""
