@@ -5,7 +5,7 @@
 docs/aotgrad.md for the contract and the core op set.
 """
 
-import importlib
+from .lazy import lazy_names
 
 __version__ = "0.2.0"
 
@@ -39,14 +39,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-    globals()[name] = value = getattr(module, name)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())

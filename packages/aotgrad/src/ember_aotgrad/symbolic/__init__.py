@@ -6,7 +6,7 @@ A name's module is imported when the name is first used: the modules that need
 sympy load only for a trace that has symbols (values.py needs none).
 """
 
-import importlib
+from ..lazy import lazy_names
 
 _EXPORTS = {
     "SizeNodes": "fx",
@@ -29,14 +29,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-    globals()[name] = value = getattr(module, name)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())
