@@ -27,6 +27,11 @@ def r(*shape):
     return torch.randn(*shape, requires_grad=True)
 
 
+def corners():
+    values = [-3.5, -3.0, -2.5, 0.0, 2.5, 3.0, 3.5]
+    return torch.tensor([values, [v / 2 for v in values]], requires_grad=True)
+
+
 def labels(n, classes):
     return torch.randint(0, classes, (n,))
 
@@ -39,6 +44,18 @@ CASES = {
     "mish": (lambda x: (F.mish(x),), lambda: [r(4, 5)]),
     "hardswish": (lambda x: (F.hardswish(x * 4),), lambda: [r(4, 5)]),
     "hardsigmoid": (lambda x: (F.hardsigmoid(x * 4),), lambda: [r(4, 5)]),
+    # activations at their corners, where the gradient's case changes
+    "corners": (
+        lambda x: (
+            F.hardswish(x),
+            F.hardsigmoid(x * 1.5),
+            F.hardtanh(x / 3),
+            F.relu6(x * 2),
+            F.leaky_relu(x - 3),
+            F.threshold(x, 3.0, -1.0),
+        ),
+        lambda: [corners()],
+    ),
     "sigmoid_tanh_relu": (
         lambda x: (torch.sigmoid(x) * torch.tanh(x) + F.relu(x),),
         lambda: [r(4, 5)],

@@ -283,6 +283,21 @@ def test_what_the_review_found():
     _check(
         aten.masked_fill.Scalar, (_meta(4, 3).t(), _meta(3, 4, dtype=torch.bool), 0), {}
     )
+    # inputs of one dtype that the op computes in another (int / int): eager
+    # copies them first, and an expanded input's copy is row-major
+    spread = _strided((3, 4), (1, 0), torch.int64)
+    _check(aten.div.Tensor, (spread, _strided((3, 4), (1, 3), torch.int64)), {})
+    number = torch.empty((), device="meta")
+    _check(aten.addcmul.default, (spread, spread.t().t(), number), {})
+    condition = _strided((3, 4), (0, 1), torch.uint8)
+    values = _strided((3, 4), (1, 3), torch.uint8)
+    _check(aten.where.self, (condition, values, values), {})
+    _check(aten.angle.default, (_meta(4, 3, dtype=torch.complex64).t(),), {})
+    empty_index = [_meta(0, dtype=torch.int64)]
+    _check(aten.index.Tensor, (_meta(5, 1, 3), empty_index), {})
+    grad, out = _meta(3, 4), _meta(3, 4, dtype=torch.float64)
+    backward = aten._softmax_backward_data.default
+    assert meta_result(backward, (grad, out, 1, torch.float32), {}) is NOT_COVERED
     # two inputs that order the dims differently
     _check(aten.threshold_backward.default, (_meta(4, 3).t(), _meta(3, 4), 0), {})
     # an alias of the input is not a new tensor

@@ -72,9 +72,10 @@ def silu_backward(grad, x):
 
 @register_decomposition(aten.hardswish_backward.default)
 def hardswish_backward(grad, x):
+    # eager's corners: 0 at -3 itself, the whole gradient at 3 itself
     middle = aten.mul.Tensor(grad, aten.add.Scalar(aten.div.Scalar(x, 3), 0.5))
-    inner = aten.where.self(aten.le.Scalar(x, 3), middle, grad)
-    return aten.where.self(aten.lt.Scalar(x, -3), scalar(0, grad), inner)
+    inner = aten.where.self(aten.lt.Scalar(x, 3), middle, grad)
+    return aten.where.self(aten.le.Scalar(x, -3), scalar(0, grad), inner)
 
 
 @register_decomposition(aten.hardsigmoid_backward.default)

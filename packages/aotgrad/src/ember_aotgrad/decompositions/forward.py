@@ -107,6 +107,12 @@ def hardtanh(x, min_val=-1, max_val=1):
     return aten.clamp.default(x, min_val, max_val)
 
 
+@register_decomposition(aten.threshold.default)
+def threshold(x, threshold, value):
+    # torch's kernel: ``x <= threshold ? value : x`` (NaN stays NaN)
+    return aten.where.self(aten.le.Scalar(x, threshold), scalar(value, x), x)
+
+
 @register_decomposition(aten.leaky_relu.default)
 def leaky_relu(x, negative_slope=0.01):
     return aten.where.self(aten.gt.Scalar(x, 0), x, aten.mul.Scalar(x, negative_slope))

@@ -47,9 +47,17 @@ FAMILIES.append(_pointwise_family)
 
 
 # Pointwise ops whose CPU kernels do not lay their result out as TensorIterator
-# does (found by tests/test_meta_rules.py's layout sweep): they take the
-# row-major path only.
-OWN_LAYOUTS = frozenset({aten.mvlgamma.default})
+# does over their inputs as given (found by reviews and tests/test_meta_rules.py's
+# layout sweeps): they take the row-major path only. where copies a condition
+# that is not bool first; ldexp is composite (it reaches no dispatch mode).
+OWN_LAYOUTS = frozenset(
+    {
+        aten.mvlgamma.default,
+        aten.angle.default,
+        aten.where.self,
+        aten.ldexp.Tensor,
+    }
+)
 
 
 def _pointwise(func, *args, **kwargs) -> torch.Tensor:
@@ -62,23 +70,24 @@ def _pointwise(func, *args, **kwargs) -> torch.Tensor:
     elif func in OWN_LAYOUTS:
         raise Decline
     else:
-        strides = _laid_out(shape, metas, tensors)
+        strides = _laid_out(shape, metas, tensors, dtype)
     return torch.empty_strided(shape, strides, dtype=dtype, device="meta")
 
 
-def _laid_out(shape, metas, tensors) -> tuple[int, ...]:
+def _laid_out(shape, metas, tensors, dtype) -> tuple[int, ...]:
     """The result's strides when some input is not row-major, in the cases
     where TensorIterator's choice does not hang on details this rule does not
     model; Declines otherwise:
     - a size-0 or size-1 dim (their strides follow its fast path, which a
       Python number operand turns off, and ties);
-    - inputs of several dtypes (it copies those of another dtype first, and a
-      broadcast or sliced input's copy has new strides);
+    - an input of a dtype other than the result's (it copies an input of
+      another dtype than the one it computes in first, and a broadcast or
+      sliced input's copy has new strides: int / int computes in float);
     - inputs that order two dims differently (then the order in which its
       kernel lists them decides, not the schema's)."""
     if any(size < 2 for size in shape):
         raise Decline
-    if len({t.dtype for t in metas if t.dim() > 0}) > 1:
+    if any(t.dtype != dtype for t in metas):
         raise Decline
     strides = elementwise_strides(shape, tensors)
     for t in metas:
