@@ -10,9 +10,12 @@ With --train, each call is a training step instead (train mode, the backward of
 the sum of the floating outputs): the outputs, every parameter's gradient and
 the buffers (BatchNorm's running statistics) are compared with an eager copy's
 (vision models in float64: see ``sweep_one``; within a tolerance of each tensor's
-largest magnitude: see ``close``).
+largest magnitude: see ``close``). Dropout, drop-path and layer-drop rates are
+0 unless --dropout: then every such rate that defaults to 0 is 0.1, the others
+keep their defaults, and eager's step and ember's start from the same seed, so
+the masks must be the same draws.
 
-Run: python benchmarks/hf_sweep.py [--families gpt2,bert] [--train]
+Run: python benchmarks/hf_sweep.py [--families gpt2,bert] [--train [--dropout]]
 """
 
 from __future__ import annotations
@@ -151,16 +154,19 @@ VISION = {
 }
 
 
-def config(family: str) -> transformers.PretrainedConfig:
+def config(family: str, dropout: bool = False) -> transformers.PretrainedConfig:
     cls = type(transformers.AutoConfig.for_model(family))
     takes = set(inspect.signature(cls.__init__).parameters)
     sizes = {} if family in VISION else SMALL
     kwargs = {k: v for k, v in sizes.items() if k in takes}
-    # No dropout (nor drop path, layer drop): training steps then compare.
+    # No dropout (nor drop path, layer drop): training steps then compare. With
+    # ``dropout``, every rate is on instead (same seeds make the same masks).
     for name, p in inspect.signature(cls.__init__).parameters.items():
-        if "drop" in name and isinstance(p.default, float):
-            kwargs[name] = 0.0
-        elif "drop" in name and isinstance(p.default, (list, tuple)):
+        if "drop" not in name:
+            continue
+        if isinstance(p.default, float) and (not dropout or p.default == 0.0):
+            kwargs[name] = 0.1 if dropout else 0.0
+        elif isinstance(p.default, (list, tuple)) and not dropout:
             kwargs[name] = [0.0] * len(p.default)  # (one rate per stage)
     return transformers.AutoConfig.for_model(family, **kwargs)
 
@@ -224,10 +230,12 @@ def step(fn, model: torch.nn.Module, x: dict, train: bool) -> list:
     return [t.detach() for t in out] + grads + list(model.buffers())
 
 
-def sweep_one(family: str, train: bool = False) -> tuple[bool, str]:
+def sweep_one(
+    family: str, train: bool = False, dropout: bool = False
+) -> tuple[bool, str]:
     """Whether ``family`` matched eager with one graph per size, and its line."""
     torch.manual_seed(0)
-    cfg = config(family)
+    cfg = config(family, dropout)
     model = transformers.AutoModel.from_config(cfg).train(train)
     # BatchNorm in training over a batch of a few pixels normalizes pairs of
     # nearly equal values: float32 rounding flips signs. float64 compares.
@@ -243,7 +251,9 @@ def sweep_one(family: str, train: bool = False) -> tuple[bool, str]:
                 k: v.to(dtype) if v.is_floating_point() else v
                 for k, v in inputs(family, cfg, batch, seq).items()
             }
+            torch.manual_seed(1)
             want = step(reference, reference, x, train)
+            torch.manual_seed(1)
             start = time.perf_counter()
             got = step(compiled, model, x, train)
             cold = cold or time.perf_counter() - start
@@ -261,13 +271,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join([*TEXT, *VISION]))
     parser.add_argument("--train", action="store_true", help="training steps")
+    parser.add_argument(
+        "--dropout", action="store_true", help="dropout on, the same seeds"
+    )
     args = parser.parse_args()
     families = args.families.split(",")
     os.environ.setdefault("EMBER_CACHE_DIR", tempfile.mkdtemp(prefix="ember-sweep-"))
     whole = 0
     for family in families:
         try:
-            good, line = sweep_one(family, args.train)
+            good, line = sweep_one(family, args.train, args.dropout)
         except Exception as error:
             traceback.print_exc()
             good, line = False, f"error: {type(error).__name__}: {str(error)[:200]}"
