@@ -1,9 +1,9 @@
 """The base of aotgrad's __torch_dispatch__ modes.
 
-torch wraps a TorchDispatchMode's ``__torch_dispatch__`` so that Dynamo does not
-trace it; the wrapper imports torch._dynamo on its first call (0.5 s of a
-process's first compile). No Dynamo runs inside ember's tracing, so aotgrad's
-modes opt out of the wrapper.
+torch wraps a TorchDispatchMode's ``__torch_dispatch__`` so that its own
+compiler does not trace it; the wrapper imports that compiler's frontend on its
+first call (0.5 s of a process's first compile). torch's compiler never runs
+inside ember's tracing, so aotgrad's modes opt out of the wrapper.
 """
 
 from __future__ import annotations

@@ -142,22 +142,12 @@ def dense(t: torch.Tensor) -> bool:
 def elementwise_strides(shape: Sequence[int], tensors: Sequence[torch.Tensor]):
     """The strides of an elementwise op's result over ``tensors`` (every
     operand, wrapped numbers too) broadcast to ``shape``, as torch's
-    TensorIterator lays it out. Operands all of the result's shape take its
-    fast path: row-major when all are, channels-last when all are, and their
-    strides when all are dense with the same strides. Otherwise the result is
-    dense with its dims ordered as the operands' strides order them: operands
-    compared in turn, a broadcast dim telling nothing, equal strides putting
-    the smaller dim inside."""
+    TensorIterator lays it out when its fast path (operands all of the result's
+    shape and layout) does not decide otherwise, which callers rule out: dense,
+    its dims ordered as the operands' strides order them, operands compared in
+    turn, a broadcast dim telling nothing, equal strides putting the smaller
+    dim inside."""
     ndim = len(shape)
-    if all(tuple(t.shape) == tuple(shape) for t in tensors):
-        if all(t.is_contiguous() for t in tensors):
-            return row_major_strides(shape)
-        if ndim == 4 and all(
-            t.is_contiguous(memory_format=torch.channels_last) for t in tensors
-        ):
-            return channels_last_strides(shape)
-        if all(dense(t) and t.stride() == tensors[0].stride() for t in tensors):
-            return tuple(tensors[0].stride())
     spread = [broadcast_strides(t, shape) for t in tensors]
 
     def outer(a: int, b: int) -> int:
