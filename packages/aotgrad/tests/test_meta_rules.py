@@ -298,7 +298,11 @@ def test_what_the_review_found():
     grad, out = _meta(3, 4), _meta(3, 4, dtype=torch.float64)
     backward = aten._softmax_backward_data.default
     assert meta_result(backward, (grad, out, 1, torch.float32), {}) is NOT_COVERED
-    # two inputs that order the dims differently
+    # two inputs that order the dims differently: add lists them as the schema
+    # does (covered), threshold_backward does not (declines or matches)
+    row, permuted = _meta(4, 6, 8), _meta(6, 4, 8).transpose(0, 1)
+    assert _check(aten.add.Tensor, (row, permuted), {})
+    assert _check(aten.mul.Tensor, (permuted, row), {})
     _check(aten.threshold_backward.default, (_meta(4, 3).t(), _meta(3, 4), 0), {})
     # an alias of the input is not a new tensor
     x = _meta(3, 4)

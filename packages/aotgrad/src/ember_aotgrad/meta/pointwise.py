@@ -60,6 +60,14 @@ OWN_LAYOUTS = frozenset(
 )
 
 
+# Binary ops whose kernels hand TensorIterator their operands in the schema's
+# order (self, other): inputs that order dims differently are laid out as the
+# first one orders them, as the rule's comparison does.
+SCHEMA_ORDER = frozenset(
+    {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor}
+)
+
+
 def _pointwise(func, *args, **kwargs) -> torch.Tensor:
     metas = operands((args, kwargs), plain_meta)
     tensors = tensors_in((args, kwargs))
@@ -70,11 +78,11 @@ def _pointwise(func, *args, **kwargs) -> torch.Tensor:
     elif func in OWN_LAYOUTS:
         raise Decline
     else:
-        strides = _laid_out(shape, metas, tensors, dtype)
+        strides = _laid_out(shape, metas, tensors, dtype, func in SCHEMA_ORDER)
     return torch.empty_strided(shape, strides, dtype=dtype, device="meta")
 
 
-def _laid_out(shape, metas, tensors, dtype) -> tuple[int, ...]:
+def _laid_out(shape, metas, tensors, dtype, in_order: bool) -> tuple[int, ...]:
     """The result's strides when some input is not row-major, in the cases
     where TensorIterator's choice does not hang on details this rule does not
     model; Declines otherwise:
@@ -84,12 +92,15 @@ def _laid_out(shape, metas, tensors, dtype) -> tuple[int, ...]:
       another dtype than the one it computes in first, and a broadcast or
       sliced input's copy has new strides: int / int computes in float);
     - inputs that order two dims differently (then the order in which its
-      kernel lists them decides, not the schema's)."""
+      kernel lists them decides, which is the schema's only for ``in_order``
+      ops)."""
     if any(size < 2 for size in shape):
         raise Decline
     if any(t.dtype != dtype for t in metas):
         raise Decline
     strides = elementwise_strides(shape, tensors)
+    if in_order:
+        return strides
     for t in metas:
         own = broadcast_strides(t, shape)
         for a in range(len(shape)):
