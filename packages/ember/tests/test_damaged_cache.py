@@ -1,7 +1,8 @@
 """Every kind of file ember reads back from EMBER_CACHE_DIR (graph entries, meta
-results, compiled kernels) survives being cut short, changed, emptied or losing
-its sibling files: the next process warns once, naming what it removed, rebuilds
-it, and matches eager; the one after that finds everything whole."""
+results, saved entries, compiled kernels) survives being cut short, changed,
+emptied or losing its sibling files: the next process warns once, naming what it
+removed, rebuilds it, and matches eager; the one after that finds everything
+whole."""
 
 import json
 import shutil
@@ -39,8 +40,9 @@ def damage(path, how: str) -> None:
 def test_damaged_files_are_removed_with_one_warning_and_rebuilt(warm, tmp_path, how):
     shutil.copytree(warm, tmp_path, dirs_exist_ok=True)
     kernels = sorted((tmp_path / "kernels").glob("*.so"))
-    entries = sorted(tmp_path.glob("*/artifacts/*.art"))  # graphs/ and meta/
-    assert kernels and {p.parent.parent.name for p in entries} == {"graphs", "meta"}
+    entries = sorted(tmp_path.glob("*/artifacts/*.art"))  # graphs/, meta/, entries/
+    folders = {p.parent.parent.name for p in entries}
+    assert kernels and folders == {"graphs", "meta", "entries"}
     if how == "no siblings":
         damaged = kernels
         for sibling in (tmp_path / "kernels").iterdir():
@@ -73,11 +75,15 @@ def test_an_entry_that_passes_its_checksum_but_does_not_load_is_removed(tmp_path
     trust = open_cache(tmp_path)  # the folder's own secret: tags that verify
     graphs = ArtifactStore(tmp_path / "graphs", trust=trust)
     meta = ArtifactStore(tmp_path / "meta", trust=trust)
-    # Whole, tagged files that hold no cached graph and no meta results (a
-    # writer of another format): neither the checksum nor the tag can tell.
+    saved = ArtifactStore(tmp_path / "entries", trust=trust)
+    # Whole, tagged files that hold no cached graph, no meta results and no
+    # saved entries (a writer of another format): neither the checksum nor
+    # the tag can tell.
     [graph_key], [meta_key] = graphs.stored_keys(), meta.stored_keys()
+    [saved_key] = saved.stored_keys()
     graphs.put(graph_key, b"\x04\x00\x00\x00nope")
     meta.put(meta_key, json.dumps({"[]": ["new", "not a shape"]}).encode())
+    saved.put(saved_key, b"[not json")
     for expected in ("miss", "hit"):
         compiled = ember.compile(double_then_sum, options={"cache_dir": tmp_path})
         with warnings.catch_warnings(record=True) as caught:
@@ -88,7 +94,7 @@ def test_an_entry_that_passes_its_checksum_but_does_not_load_is_removed(tmp_path
         if expected == "hit":
             assert messages == []  # warned once: the files were replaced
             continue
-        assert len(messages) == 2, messages
-        for store, key in ((graphs, graph_key), (meta, meta_key)):
+        assert len(messages) == 3, messages
+        for store, key in ((graphs, graph_key), (meta, meta_key), (saved, saved_key)):
             [message] = [m for m in messages if str(store.path(key)) in m]
             assert "damaged" in message and "deleted" in message

@@ -12,12 +12,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.fx
 
 from .errors import AotGradError
+from .layout import IDENTITY_VIEWS, ViewStep
 
 aten = torch.ops.aten
 
@@ -34,25 +34,6 @@ class Storage:
     written_with_grad: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ViewStep:
-    """One view op applied to a tensor: ``op(t, *args, **kwargs)[index]``."""
-
-    op: torch._ops.OpOverload
-    args: tuple
-    kwargs: tuple[tuple[str, Any], ...] = ()
-    index: int | None = None  # which output of a multi-output view (split, unbind)
-
-    @property
-    def is_identity(self) -> bool:
-        return self.op in IDENTITY_VIEWS
-
-    def apply(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Replays this view on a real tensor (used for outputs aliasing inputs)."""
-        out = self.op(tensor, *self.args, **dict(self.kwargs))
-        return out if self.index is None else out[self.index]
-
-
 @dataclass(eq=False, slots=True)
 class Ref:
     """What the trace knows about one tensor object."""
@@ -64,10 +45,6 @@ class Ref:
 
 
 # Views that change nothing about the data layout; they add no graph node.
-IDENTITY_VIEWS = frozenset(
-    {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
-)
-
 Emit = Callable[..., torch.fx.Node]  # emit(op, *args, **kwargs) -> node with meta val
 
 

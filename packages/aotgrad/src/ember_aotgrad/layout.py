@@ -7,12 +7,38 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .functionalize import ViewStep
+import torch
 
 if TYPE_CHECKING:
     import sympy
+
+aten = torch.ops.aten
+
+# Views that are the tensor itself: their inverse is the identity.
+IDENTITY_VIEWS = frozenset(
+    {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewStep:
+    """One view op applied to a tensor: ``op(t, *args, **kwargs)[index]``."""
+
+    op: torch._ops.OpOverload
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    index: int | None = None  # which output of a multi-output view (split, unbind)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.op in IDENTITY_VIEWS
+
+    def apply(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Replays this view on a real tensor (used for outputs aliasing inputs)."""
+        out = self.op(tensor, *self.args, **dict(self.kwargs))
+        return out if self.index is None else out[self.index]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,9 @@ from . import autocast, symbolic
 from .dispatch_mode import DispatchMode
 from .errors import AotGradError
 from .functionalize import (
-    IDENTITY_VIEWS,
     INVERSE_VIEWS,
     Ref,
     Storage,
-    ViewStep,
     functional_twin,
     is_view_op,
     mutated_args,
@@ -32,6 +30,7 @@ from .functionalize import (
     replay,
     with_defaults,
 )
+from .layout import IDENTITY_VIEWS, ViewStep
 from .meta import NOT_COVERED, meta_result
 from .symbolic.values import NoShapeRule, has_symbols, is_symbolic
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
@@ -20,7 +21,9 @@ from .layout import (
     InputAlias,
     OutputSpec,
 )
-from .partition import Partition
+
+if TYPE_CHECKING:
+    from .partition import Partition
 
 Compiler = Callable[[torch.fx.GraphModule, list], Callable]
 

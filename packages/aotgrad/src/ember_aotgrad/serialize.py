@@ -17,7 +17,6 @@ import torch
 import torch.fx
 
 from .errors import AotGradError
-from .functionalize import ViewStep
 from .layout import (
     ConstantOutput,
     Dynamic,
@@ -25,6 +24,7 @@ from .layout import (
     GraphOutput,
     InputAlias,
     OutputSpec,
+    ViewStep,
 )
 from .runtime_wrapper import BackwardPlan, CompiledAot
 

@@ -23,8 +23,8 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from . import behaviour, builtin_calls
-from .guards import AUTOCAST_DEVICES as DEVICE_TYPES
-from .guards import AutocastState
+from .checks import AUTOCAST_DEVICES as DEVICE_TYPES
+from .checks import AutocastState
 from .variables import AutocastExitValue, AutocastValue, Value
 
 if TYPE_CHECKING:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import re
 import sys
 import types
@@ -16,6 +15,7 @@ import torch.fx
 
 from . import autocast, meta_memo, transform
 from .behaviour import rebuild
+from .float_inputs import float_tensor
 from .output_graph import OutputGraph, tensor_leaves
 from .result import HOOK_CELL, RESUME_CELL, CapturedGraph, CaptureResult
 from .side_effects import (
@@ -38,36 +38,6 @@ log = logging.getLogger("ember.capture")
 
 GRAPH_NAME = "__ember_graph0"
 GRAPH_OUT = "__ember_out0"
-
-
-class _FloatTensors:
-    """The 0-d float64 tensor that a float input is passed to a graph as, one
-    per value, reused while nobody wrote to it or asked for its gradient:
-    making one costs about 2.5 us, five times per Adam step (lr, betas, eps,
-    weight decay), where looking one up costs a tenth of that."""
-
-    LIMIT = 256  # a scheduler's new lr every step must not grow this forever
-
-    def __init__(self) -> None:
-        self._made: dict[object, torch.Tensor] = {}
-
-    def __call__(self, value: float) -> torch.Tensor:
-        # 0.0 and -0.0 are equal keys but different inputs.
-        key = value if value else (value, math.copysign(1.0, value))
-        made = self._made.get(key)
-        if made is not None and made._version == 0 and not made.requires_grad:
-            return made
-        if len(self._made) >= self.LIMIT:
-            self._made.clear()
-        # A tensor made under inference_mode could not join a later training
-        # call's autograd graph.
-        with torch.inference_mode(False):
-            made = torch.tensor(value, dtype=torch.float64)
-        self._made[key] = made
-        return made
-
-
-_float_tensor = _FloatTensors()
 
 
 class Emitter:
@@ -116,7 +86,7 @@ class Emitter:
             )
         )
         if any(isinstance(s, FloatTensorSource) for s in self.output.input_sources):
-            self.cells[FLOAT_TENSOR_CELL] = _float_tensor
+            self.cells[FLOAT_TENSOR_CELL] = float_tensor
         inputs = ", ".join(self.read(s) for s in self.output.input_sources)
         self.body.append(f"{GRAPH_OUT} = {GRAPH_NAME}({inputs})")
         log.info("captured %s:\n%s", self.fn.__qualname__, gm.code)

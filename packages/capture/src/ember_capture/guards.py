@@ -13,13 +13,17 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from types import CodeType, FunctionType
-from typing import Any, NamedTuple
+from typing import Any
 
-import torch
-from torch.nn.modules import module as nn_module
-
-from .source import (
+from .checks import (
+    CHECK_SCOPE,
     MODULES_NAME,
+    CellView,
+    GlobalState,
+    TensorSpec,
+)
+from .portable import PortableGuards, encode
+from .source import (
     AttrSource,
     ItemSource,
     SharedReads,
@@ -48,81 +52,6 @@ class GuardKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class TensorSpec:
-    """What a tensor input must be. ``dynamic`` names the dims whose size is a
-    symbol (any size >= 2; docs/dynamic.md): ``shape`` holds the example's
-    there, and the strides must then be dense in the order the example's were
-    (``order``, innermost dim first)."""
-
-    type: type
-    dtype: torch.dtype
-    device: torch.device
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    requires_grad: bool
-    dynamic: tuple[tuple[int, str], ...] = ()
-    order: tuple[int, ...] = ()
-
-    @classmethod
-    def of(
-        cls, t: torch.Tensor, dynamic: tuple[tuple[int, str], ...] = ()
-    ) -> TensorSpec:
-        order = ()
-        if dynamic:
-            order = tuple(sorted(range(t.dim()), key=lambda d: (t.stride(d), -d)))
-        return cls(
-            type(t),
-            t.dtype,
-            t.device,
-            tuple(t.shape),
-            t.stride(),
-            t.requires_grad,
-            dynamic,
-            order,
-        )
-
-    def __str__(self) -> str:
-        dtype = str(self.dtype).removeprefix("torch.")
-        names = dict(self.dynamic)
-        size = ", ".join(names.get(d, str(s)) for d, s in enumerate(self.shape))
-        stride = "dense" if self.dynamic else str(list(self.stride))
-        return (
-            f"{self.type.__name__}({dtype}, {self.device}, size=[{size}], "
-            f"stride={stride}, requires_grad={self.requires_grad})"
-        )
-
-    def size_difference(self, shape: torch.Size, stride: tuple[int, ...]) -> str:
-        """Why ``sizes_match`` fails, in words."""
-        if len(shape) != len(self.shape):
-            return f"size changed from {list(self.shape)} to {list(shape)}"
-        dynamic = dict(self.dynamic)
-        for d, size in enumerate(shape):
-            if d in dynamic and size < 2:
-                return f"size({d}) is {size} (sizes 0 and 1 are never symbolic)"
-            if d not in dynamic and size != self.shape[d]:
-                return f"size({d}) changed from {self.shape[d]} to {size}"
-        return f"stride {list(stride)} is not dense in the order {list(self.order)}"
-
-    def sizes_match(self, shape: torch.Size, stride: tuple[int, ...]) -> bool:
-        """Sizes and strides, where some sizes are symbols."""
-        if len(shape) != len(self.shape):
-            return False
-        dynamic = dict(self.dynamic)
-        step = 1
-        for d in self.order:
-            size = shape[d]
-            if d in dynamic:
-                if size < 2:
-                    return False
-            elif size != self.shape[d]:
-                return False
-            if size != 1 and stride[d] != step:
-                return False
-            step *= size
-        return True
-
-
-@dataclass(frozen=True, slots=True)
 class SizeRelation:
     """A relation between sizes that a capture assumed: ``python`` is its
     check over the names in ``reads`` (each the size of a source's dim),
@@ -147,55 +76,6 @@ def with_sizes(text: str, names: dict[str, str]) -> str:
     """``text`` (Python over symbols' names) with each name replaced by
     ``names[name]``."""
     return re.sub(r"\bs\d+\b", lambda m: names.get(m.group(0), m.group(0)), text)
-
-
-# The device types whose autocast capture follows and guards.
-AUTOCAST_DEVICES = ("cpu", "cuda")
-AutocastState = tuple[tuple[str, torch.dtype], ...] | None
-
-
-class GlobalState(NamedTuple):
-    """torch's global switches that change what a graph computes.
-
-    A named tuple, not a dataclass: it is built and compared on every call."""
-
-    grad_enabled: bool
-    default_dtype: torch.dtype
-    deterministic: bool
-    autocast: AutocastState  # (device type, dtype) per enabled device type
-    inference_mode: bool
-    dispatch_modes: int  # __torch_dispatch__ modes active (torch code branches on it)
-
-    @classmethod
-    def current(cls) -> GlobalState:
-        return cls(
-            _is_grad_enabled(),
-            _get_default_dtype(),
-            _deterministic(),
-            _autocast(),
-            _inference_mode(),
-            _dispatch_modes(),
-        )
-
-
-_is_grad_enabled = torch.is_grad_enabled
-_get_default_dtype = torch.get_default_dtype
-_deterministic = torch.are_deterministic_algorithms_enabled
-_inference_mode = torch.is_inference_mode_enabled
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_any_autocast = torch._C._is_any_autocast_enabled
-
-
-def _autocast() -> AutocastState:
-    """``(device type, dtype)`` per device type with autocast on, or None when
-    none is (one cheap call: the state is read on every guarded call)."""
-    if not _any_autocast():
-        return None
-    return tuple(
-        (d, torch.get_autocast_dtype(d))
-        for d in AUTOCAST_DEVICES
-        if torch.is_autocast_enabled(d)
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,20 +146,6 @@ def _name_of(obj: object) -> str | None:
     return None
 
 
-def _tensor_matches(value: object, spec: TensorSpec) -> bool:
-    return (
-        type(value) is spec.type
-        and value.dtype is spec.dtype
-        and value.requires_grad is spec.requires_grad
-        and (
-            spec.sizes_match(value.shape, value.stride())
-            if spec.dynamic
-            else value.shape == spec.shape and value.stride() == spec.stride
-        )
-        and value.device == spec.device
-    )
-
-
 def _tensor_difference(value: object, spec: TensorSpec) -> str:
     if type(value) is not spec.type:
         return f"type changed from {spec.type.__name__} to {type(value).__name__}"
@@ -299,44 +165,6 @@ def _tensor_difference(value: object, spec: TensorSpec) -> str:
             dims = _dims_changed(old, tuple(new)) if field == "shape" else ""
             return f"{label} changed from {_fmt(old)} to {_fmt(new)}{dims}"
     return f"stride changed from {list(spec.stride)} to {list(value.stride())}"
-
-
-def _same_objects(values: object, expected: tuple) -> bool:
-    return len(values) == len(expected) and all(
-        a is b for a, b in zip(values, expected)
-    )
-
-
-def tensor_has_no_grad_hooks(t: torch.Tensor) -> bool:
-    """True when a backward accumulating into ``t.grad`` runs no hook of ``t``."""
-    return not t._backward_hooks and not getattr(t, "_post_accumulate_grad_hooks", None)
-
-
-def module_has_no_hooks(module: torch.nn.Module) -> bool:
-    """True when calling ``module`` runs exactly its forward (no hooks anywhere)."""
-    return not (
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
-        or nn_module._global_forward_hooks
-        or nn_module._global_forward_pre_hooks
-        or nn_module._global_backward_hooks
-        or nn_module._global_backward_pre_hooks
-    )
-
-
-def module_has_only_forward_hooks(module: torch.nn.Module) -> bool:
-    """True when the only hooks that calling ``module`` runs are its own
-    forward hooks and pre-hooks (which capture inlines)."""
-    return not (
-        module._backward_hooks
-        or module._backward_pre_hooks
-        or nn_module._global_forward_hooks
-        or nn_module._global_forward_pre_hooks
-        or nn_module._global_backward_hooks
-        or nn_module._global_backward_pre_hooks
-    )
 
 
 def _dims_changed(old: tuple[int, ...], new: tuple[int, ...]) -> str:
@@ -403,18 +231,6 @@ _CHECKS: dict[GuardKind, tuple[str, Callable[[Any, Any], str]]] = {
         lambda v, e: "no longer " + " and ".join(str(r) for r in e),
     ),
 }
-
-
-class CellView:
-    """Reads closure cells by free-variable name, for ``C['name']`` in guards."""
-
-    __slots__ = ("_cells",)
-
-    def __init__(self, names: Sequence[str], cells: Sequence[Any] | None) -> None:
-        self._cells = dict(zip(names, cells or ()))
-
-    def __getitem__(self, name: str) -> object:
-        return self._cells[name].cell_contents
 
 
 class GuardSet:
@@ -534,6 +350,33 @@ def distinct_guards(guards: Sequence[Guard]) -> tuple[Guard, ...]:
     return tuple(kept.values())
 
 
+# Guards whose template's {e} is filled with a read of the frame, not an object.
+_EXPECTS_SOURCE = frozenset({GuardKind.SAME_OBJECT, GuardKind.SIZES})
+
+
+def _term(i: int, guard: Guard, read: Callable[[Source], str]) -> str:
+    """Guard ``i``'s check as Python over ``L``, ``G``, ``C`` and ``___e<i>``;
+    ``read(source)`` writes how a source is read."""
+
+    def fill(field: re.Match) -> str:
+        if field.group(1) == "v":
+            return "None" if guard.source is None else read(guard.source)
+        # An aliasing guard compares with another source read from the frame.
+        if guard.kind is GuardKind.SAME_OBJECT:
+            return read(guard.expected)
+        if guard.kind is GuardKind.SIZES:
+            return " and ".join(
+                with_sizes(
+                    r.python,
+                    {n: _size_text(read(s), d, ".shape[{}]") for n, s, d in r.reads},
+                )
+                for r in guard.expected
+            )
+        return f"___e{i}"
+
+    return _TEMPLATE_FIELD.sub(fill, _CHECKS[guard.kind][0])
+
+
 class GuardChecker:
     """``check(L)`` is one generated boolean expression over the frame's locals
     (``distinct_guards`` of the guards: ``guards`` holds those it checks)."""
@@ -545,45 +388,30 @@ class GuardChecker:
         self.guards = guards
         self._g = f_globals
         self._c = cells
-        scope: dict[str, Any] = {
-            "___tensor_matches": _tensor_matches,
-            "___global_state": GlobalState.current,
-            "___no_hooks": module_has_no_hooks,
-            "___only_forward_hooks": module_has_only_forward_hooks,
-            "___same_objects": _same_objects,
-            "___no_grad_hooks": tensor_has_no_grad_hooks,
-            **_MODULES,
-        }
+        scope: dict[str, Any] = dict(CHECK_SCOPE)
+        scope.update((f"___e{i}", g.expected) for i, g in enumerate(guards))
         # The terms form one ``and`` chain, so a part several guards read is
         # read once (SharedReads), in the order the templates read it.
         shared = SharedReads(_reads(guards))
-        terms = []
-        for i, guard in enumerate(guards):
-            scope[f"___e{i}"] = guard.expected
-
-            def fill(field: re.Match, guard: Guard = guard, i: int = i) -> str:
-                if field.group(1) == "v":
-                    return "None" if guard.source is None else shared.expr(guard.source)
-                # An aliasing guard compares with another source read from the frame.
-                if guard.kind is GuardKind.SAME_OBJECT:
-                    return shared.expr(guard.expected)
-                if guard.kind is GuardKind.SIZES:
-                    return " and ".join(
-                        with_sizes(
-                            r.python,
-                            {
-                                n: _size_text(shared.expr(s), d, ".shape[{}]")
-                                for n, s, d in r.reads
-                            },
-                        )
-                        for r in guard.expected
-                    )
-                return f"___e{i}"
-
-            terms.append(_TEMPLATE_FIELD.sub(fill, _CHECKS[guard.kind][0]))
-        body = " and ".join(terms) or "True"
-        self.source = f"lambda L, G, C: {body}"
+        body = " and ".join(_term(i, g, shared.expr) for i, g in enumerate(guards))
+        self.body = body or "True"
+        self.source = f"lambda L, G, C: {self.body}"
         self._fn = eval(self.source, scope)
+
+    def portable(self) -> PortableGuards:
+        """This check in a form another process rebuilds without capture
+        (portable.py). Raises NotPortable when an expected object has no name
+        there (an instance, a tensor kept by identity)."""
+        expected = []
+        for i, guard in enumerate(self.guards):
+            if "{e}" not in _CHECKS[guard.kind][0] or guard.kind in _EXPECTS_SOURCE:
+                continue
+            read = guard.source.expr() if guard.source is not None else None
+            expected.append((i, encode(guard.expected, read)))
+        terms = tuple(
+            (str(g), _term(i, g, Source.expr)) for i, g in enumerate(self.guards)
+        )
+        return PortableGuards(self.body, tuple(expected), terms)
 
     def check(self, f_locals: dict) -> bool:
         try:

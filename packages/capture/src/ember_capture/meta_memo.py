@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .guards import GlobalState
+from .checks import GlobalState
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # An in-process memo larger than this is cleared rather than grown.

@@ -24,15 +24,14 @@ import torch.fx
 
 from . import autocast, meta_memo
 from .behaviour import reachable
+from .checks import GlobalState, TensorSpec
 from .errors import CaptureError
 from .grad_mode import GradModeExit
 from .guards import (
-    GlobalState,
     Guard,
     GuardKind,
     GuardSet,
     SizeRelation,
-    TensorSpec,
 )
 from .scalar_operands import rewrite_number_operands
 from .shapes import DynamicDims, MetaMode, SpecializeShapes, SymbolicShapes

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import torch.fx
 
 from . import transform
+from .checks import CellView
 from .errors import CaptureError
-from .guards import CellView, GuardChecker, GuardSet
+from .guards import GuardChecker, GuardSet
 from .source import Source
 
 # Closure cells of the transformed function, besides graphs and constants.

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dis
 import enum
 import inspect
-import re
 import types
 
 from bytecode import Bytecode, CellVar, Instr, Label, TryBegin
+
+from .names import original_name
 
 STACK_ARG = "___stack{}"
 
@@ -63,24 +64,6 @@ def _restore_handler_depths(bc: Bytecode, code: types.CodeType) -> None:
         elif isinstance(item, TryBegin):
             key = (count, ordinals[id(item.target)], item.push_lasti)
             item.stack_depth = depths[key]
-
-
-def _original_name(name: str) -> str:
-    """The user's function name, also for a resume function of a resume function."""
-    match = re.fullmatch(r"__resume_(.+)_at_\d+", name)
-    return (match.group(1) if match else name).replace("<", "").replace(">", "")
-
-
-def user_function_name(code: types.CodeType) -> str:
-    """How messages name ``code``: its own qualified name, or for a resume
-    function, the user's function and the line it continues from."""
-    match = re.fullmatch(r"__resume_(.+)_at_(\d+)", code.co_name)
-    if match is None:
-        return code.co_qualname
-    return (
-        f"{_original_name(code.co_name)} (from line {match.group(2)}, "
-        "after a graph break)"
-    )
 
 
 def _fresh_names(code: types.CodeType, count: int) -> list[str]:
@@ -178,7 +161,7 @@ def make_resume_code(
     resume.posonlyargcount = 0
     resume.kwonlyargcount = 0
     resume.flags &= ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
-    resume.name = f"__resume_{_original_name(code.co_name)}_at_{lineno}"
+    resume.name = f"__resume_{original_name(code.co_name)}_at_{lineno}"
     resume.qualname = resume.name
     # The library cannot follow the handlers the prologue jumps past: keep their
     # original depths, and the original frame size (the prologue needs at most

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import MODULES_NAME
+
 # The closure cell through which transformed code reads the function's globals.
 GLOBALS_CELL = "__ember_G"
 # The closure cell holding the function that turns a float into a graph input.
 FLOAT_TENSOR_CELL = "__ember_float_tensor"
 # The closure cell holding sys.modules, where an import inside the code looks.
 MODULES_CELL = "__ember_modules"
-# The name guard checks give sys.modules.
-MODULES_NAME = "___modules"
 
 
 # ``L['x']``, ``G['x']``, ``C['x']`` in the guard form: the user wrote ``x``.

@@ -22,7 +22,9 @@ def replace_locations(text: str, new: Mapping[str, str]) -> str:
 
     A location is matched whole: the longer of two that share a start wins, and
     one is never matched as the start of a longer line number (``model.py:3``
-    inside ``model.py:30``)."""
+    inside ``model.py:30``). Locations that stay where they were are left
+    out of the pattern (a cache hit of unmoved code changes nothing)."""
+    new = {old: loc for old, loc in new.items() if old != loc}
     if not new:
         return text
     names = sorted(new, key=len, reverse=True)

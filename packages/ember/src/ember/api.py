@@ -26,6 +26,7 @@ from .config import Config
 from .convert import BreakReason, make_convert
 from .distributed import DDPForward, is_ddp, split_at_buckets
 from .dynamic import DynamicPolicy, Remembered
+from .saved_entries import SavedEntries
 
 _MODES = (None, "default", "reduce-overhead", "max-autotune")
 
@@ -134,9 +135,13 @@ class _Context:
         counters = Counters()
         # Per function, so the backend's stage times and disk hits land in its
         # dispatcher's counters.
-        backend = split_at_buckets(
-            resolve_backend(self.backend, self.config, self.log, counters), self.log
-        )
+        resolved = resolve_backend(self.backend, self.config, self.log, counters)
+        backend = split_at_buckets(resolved, self.log)
+        # The graph cache's backends name their graphs by key: entries of
+        # their functions are saved for later processes.
+        saved = None
+        if hasattr(resolved, "load_saved"):
+            saved = SavedEntries(trusted_cache(self.config), resolved)
         convert = make_convert(
             fn,
             backend,
@@ -146,6 +151,7 @@ class _Context:
             hook=self.hook,
             counters=counters,
             meta_cache=self.meta_cache,
+            saved=saved,
             dynamic=DynamicPolicy(
                 self.dynamic,
                 self.log.dynamic_reasons,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,7 +46,9 @@ Note = tuple[str, str]
 class CompileLog:
     """What happened while compiling, for explain() and the tests."""
 
-    graphs: list[torch.fx.GraphModule] = field(default_factory=list)
+    # The captured graphs; one a saved entry holds is unpickled when first
+    # asked for (``graph_modules``).
+    graphs: list[torch.fx.GraphModule | Callable] = field(default_factory=list)
     # Per graph, the function it was captured from (convert.frame_key).
     graph_frames: list[str] = field(default_factory=list)
     fallback_ops: set[str] = field(default_factory=set)
@@ -67,6 +70,18 @@ class CompileLog:
     # its resume functions, callees compiled after a break), for their
     # recompile reasons.
     dispatchers: list[Dispatcher] = field(default_factory=list)
+
+    def add_graph(self, gm: torch.fx.GraphModule | Callable, frame: str) -> None:
+        """``gm``, or an object whose ``load()`` gives it, captured in ``frame``."""
+        self.graphs.append(gm)
+        self.graph_frames.append(frame)
+
+    def graph_modules(self) -> list[torch.fx.GraphModule]:
+        """Every captured graph as a GraphModule."""
+        self.graphs[:] = [
+            g if isinstance(g, torch.fx.GraphModule) else g.load() for g in self.graphs
+        ]
+        return list(self.graphs)
 
 
 @dataclass(frozen=True)
@@ -195,27 +210,46 @@ class _CachedAotBackend:
         self.counters = counters
         self.trust = trusted_cache(config)
         self.cache = GraphCache(self.trust)
+        # Each graph in the graph cache, by its key (``saved_key``).
+        self._keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         try:
             with stage(self.counters, "cache_key"):
-                key = graph_key(gm, example_inputs, self._options())
+                key = graph_key(gm, example_inputs, self.cache_options())
         except Uncacheable as e:
             self.log.cache_results.append(f"not cached: {e}")
             return self._compile(gm, example_inputs)[0]
         with stage(self.counters, "cache_load"):
-            loaded = self._load(key, gm)
+            loaded = self._load(key, graph_locations(gm), gm)
         if loaded is not None:
-            self.counters.disk_hits += 1
-            self.log.cache_results.append("hit")
+            self._keys[gm] = key
             return loaded
         self.counters.disk_misses += 1
         compiled, make_entry = self._compile(gm, example_inputs)
         with _exclusive(self.counters, "cache_store", "codegen"):
-            self.log.cache_results.append(self._store(key, make_entry))
+            result = self._store(key, make_entry)
+        self.log.cache_results.append(result)
+        if result == "miss":
+            self._keys[gm] = key
         return compiled
 
-    def _options(self) -> dict[str, str]:
+    def saved_key(self, gm: torch.fx.GraphModule) -> str | None:
+        """The graph cache key under which ``gm``'s compiled form is stored,
+        None when it is not (a saved entry names its graphs by these keys)."""
+        return self._keys.get(gm)
+
+    def load_saved(
+        self, key: str, locations: tuple[str, ...], eager: Callable
+    ) -> Callable | None:
+        """The compiled graph stored under ``key``, for a saved entry whose
+        captured graph had ``locations``; ``eager`` runs that graph (the
+        fallback for calls the compiled code cannot serve). None when the
+        entry is gone."""
+        with stage(self.counters, "cache_load"):
+            return self._load(key, locations, eager)
+
+    def cache_options(self) -> dict[str, str]:
         # aotgrad's own rules are in the source hash; what a user changed is here
         return {
             "backend": self.name,
@@ -272,10 +306,13 @@ class _CachedAotBackend:
             return f"miss, not stored: {type(e).__name__}: {e}"
         return "miss" if stored else "miss, not stored: larger than the size cap"
 
-    def _load(self, key: str, gm: torch.fx.GraphModule) -> Callable | None:
-        """The entry's callable, rebuilt for ``gm``. Its sources and warnings
-        name ``gm``'s locations, not those it was stored with: the key leaves
-        them out (see ``cache.location_pattern``)."""
+    def _load(
+        self, key: str, locations: tuple[str, ...], eager: Callable
+    ) -> Callable | None:
+        """The entry's callable, rebuilt for a captured graph with ``locations``
+        that ``eager`` runs. Its sources and warnings name those locations,
+        not the ones it was stored with: the key leaves them out (see
+        ``cache.location_pattern``)."""
         loaded: list[ember_codegen.CompiledGraph | ember_codegen.PerSizeGraph] = []
         moved: dict[str, str] = {}
 
@@ -302,10 +339,10 @@ class _CachedAotBackend:
             return compiled
 
         def rebuild(entry: CachedGraph) -> Callable:
-            moved.update(entry.relocation(gm))
+            moved.update(entry.relocation(locations))
             if entry.kind is EntryKind.AS_CAPTURED:
-                return gm
-            loaded_aot = ember_aotgrad.load_compiled_aot(entry.payload, gm, load)
+                return eager
+            loaded_aot = ember_aotgrad.load_compiled_aot(entry.payload, eager, load)
             loaded_aot.check_inputs = not self.guarded
             return loaded_aot
 
@@ -313,6 +350,8 @@ class _CachedAotBackend:
         if found is None:
             return None
         entry, result = found
+        self.counters.disk_hits += 1
+        self.log.cache_results.append("hit")
         for compiled in loaded:
             _log_compiled(self.log, compiled)
         for reason, message in entry.warnings:

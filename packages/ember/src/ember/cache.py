@@ -19,11 +19,11 @@ import importlib.util
 import inspect
 import json
 import operator
+import os
 import struct
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.fx
@@ -220,19 +220,27 @@ def environment_text() -> str:
 
 
 def source_hash() -> str:
-    """SHA-256 over the source files of the ember packages, wherever installed."""
+    """SHA-256 over the source files of the ember packages, wherever installed:
+    each file's path, size and modification time, the rule Python's own
+    bytecode cache uses to notice an edited file (reading every file's bytes
+    took 8 ms of each new process's first call)."""
     h = hashlib.sha256()
     for package in PACKAGES:
         spec = importlib.util.find_spec(package)
         for root in spec.submodule_search_locations or ():
-            files = sorted(
-                p
-                for p in Path(root).rglob("*")
-                if p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts
-            )
-            for path in files:
-                h.update(f"{package}/{path.relative_to(root)}\0".encode())
-                h.update(hashlib.sha256(path.read_bytes()).digest())
+            found = []
+            for folder, subfolders, names in os.walk(root):
+                subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+                found += [
+                    os.path.join(folder, n)
+                    for n in names
+                    if n.endswith(_SOURCE_SUFFIXES)
+                ]
+            for path in sorted(found):
+                stat = os.stat(path)
+                relative = os.path.relpath(path, root)
+                h.update(f"{package}/{relative}\0{stat.st_size}\0".encode())
+                h.update(f"{stat.st_mtime_ns}\0".encode())
     return h.hexdigest()
 
 
@@ -253,10 +261,10 @@ class CachedGraph:
     payload: bytes = b""
     locations: tuple[str, ...] = ()
 
-    def relocation(self, gm: torch.fx.GraphModule) -> dict[str, str]:
-        """Each stored location to where ``gm`` (the captured graph now being
-        served, whose key matched) has that code."""
-        return dict(zip(self.locations, graph_locations(gm), strict=True))
+    def relocation(self, locations: Sequence[str]) -> dict[str, str]:
+        """Each stored location to where the captured graph now being served
+        (whose key matched) has that code: ``locations``, its own."""
+        return dict(zip(self.locations, locations, strict=True))
 
     def to_bytes(self) -> bytes:
         header = {
@@ -296,7 +304,7 @@ def trusted_cache(config: Config) -> CacheTrust:
     )
 
 
-CACHE_FOLDERS = ("kernels", "graphs", "meta")
+CACHE_FOLDERS = ("kernels", "graphs", "meta", "entries")
 
 
 class GraphCache:
@@ -313,7 +321,7 @@ class GraphCache:
         that fails its checksum, with a warning; an entry that does not decode
         or rebuild (another format, kernels that no longer build) is deleted
         here, with the same warning. The caller then compiles and stores anew."""
-        data = _stored(self.store, key)
+        data = read_stored(self.store, key)
         if data is None:
             return None
         try:
@@ -371,7 +379,7 @@ class MetaResultsCache:
         checked: the store deletes a file that fails its checksum, and entries
         that are not meta results (``check_meta_results``) are deleted here,
         both with a warning, rather than fail every capture that replays them."""
-        data = _stored(self.store, key)
+        data = read_stored(self.store, key)
         if data is None:
             return {}
         try:
@@ -388,7 +396,7 @@ class MetaResultsCache:
 
     @staticmethod
     def _key(fn: types.FunctionType) -> str:
-        return _function_key(fn, "meta-results", environment=environment_text())
+        return function_key(fn, "meta-results", environment=environment_text())
 
 
 class DynamicDimsCache:
@@ -402,7 +410,7 @@ class DynamicDimsCache:
     def load(self, fn: types.FunctionType) -> dict[str, set[int]]:
         """The dims stored for ``fn``; {} when none (or unreadable)."""
         key = self._key(fn)
-        data = _stored(self.store, key)
+        data = read_stored(self.store, key)
         if data is None:
             return {}
         try:
@@ -420,10 +428,10 @@ class DynamicDimsCache:
 
     @staticmethod
     def _key(fn: types.FunctionType) -> str:
-        return _function_key(fn, "dynamic-dims")
+        return function_key(fn, "dynamic-dims")
 
 
-def _stored(store: ArtifactStore, key: str) -> bytes | None:
+def read_stored(store: ArtifactStore, key: str) -> bytes | None:
     """The entry under ``key``; None when absent, damaged or unreadable (an
     unreadable folder is a miss: compile, as for one)."""
     try:
@@ -432,7 +440,7 @@ def _stored(store: ArtifactStore, key: str) -> bytes | None:
         return None
 
 
-def _function_key(fn: types.FunctionType, kind: str, **parts: str) -> str:
+def function_key(fn: types.FunctionType, kind: str, **parts: str) -> str:
     """A key for what is kept per function: its place in the user's code, and
     that of the function it wraps (a decorator's wrapper, such as
     transformers' ``can_return_tuple``, is one code object for every model's

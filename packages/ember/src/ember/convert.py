@@ -20,23 +20,22 @@ import torch
 
 import ember_aotgrad
 import ember_capture
+from ember_codegen.locations import graph_locations
 from ember_runtime import (
     Counters,
     Entry,
     Fallback,
-    GuardCheck,
     GuardedEntry,
-    GuardSpec,
-    TensorCheck,
-    compile_guards,
 )
 
 from .backends import Backend, CompileLog, CompileRecord
 from .cache import MetaResultsCache
 from .distributed import active_ddp
-from .dynamic import SHAPES, DynamicPolicy
+from .dynamic import SHAPES, DynamicPolicy, has_size_marks
+from .guard_checks import guard_check
 from .logs import warn_user
 from .progress import stage, watched
+from .saved_entries import NotSaved, SavedEntries, saved_entry, saved_graph
 
 break_log = logging.getLogger("ember.graph_breaks")
 guard_log = logging.getLogger("ember.guards")
@@ -87,6 +86,7 @@ def make_convert(
     counters: Counters,
     meta_cache: MetaResultsCache | None = None,
     dynamic: DynamicPolicy | None = None,
+    saved: SavedEntries | None = None,
 ) -> Callable[[tuple, dict], Entry | Fallback]:
     """The Dispatcher's ``convert`` for ``fn``: capture, compile each graph with
     ``backend``, and build the transformed function (``hook`` compiles what runs
@@ -94,7 +94,9 @@ def make_convert(
     runs ``fn`` as Python, for every call no earlier entry matches, with its
     calls of user code routed through ``hook`` (``ember_capture.route_calls``).
     ``meta_cache`` keeps the meta-kernel results capture used across processes;
-    ``dynamic`` says which input dims get symbolic sizes (docs/dynamic.md)."""
+    ``dynamic`` says which input dims get symbolic sizes (docs/dynamic.md);
+    ``saved`` keeps entries for later processes, and serves the first calls
+    of this one from those earlier ones saved (saved_entries.py)."""
     policy = dynamic or DynamicPolicy(False)
     name = function_name(fn)
 
@@ -151,6 +153,18 @@ def make_convert(
         caller captures again with every size fixed."""
         if ember_capture.never_captured(fn):  # ember.disable: as it is, quietly
             return Fallback(fn)
+        saving = saved is not None and active_ddp() is None
+        # sizes marked on an argument: capture decides what they make symbolic
+        if saving and not has_size_marks((args, kwargs)):
+            with stage(counters, "saved_entry"):
+                rebuilt = saved.rebuild(fn, args, kwargs, policy.mode)
+            if rebuilt is not None:
+                policy.recall()
+                for graph in rebuilt.graphs:
+                    log.add_graph(graph, frame_key(fn.__code__, fn.__module__, fn))
+                _guards[:] = rebuilt.saved.guards
+                _log_guards(name, "a saved entry")
+                return rebuilt.entry
         symbolic = (
             policy.active
             and getattr(backend, "handles_symbolic_sizes", False)
@@ -190,8 +204,7 @@ def make_convert(
             meta_cache.save(fn, result.meta_results)
         compiled = []
         for graph in result.graphs:
-            log.graphs.append(graph.gm)
-            log.graph_frames.append(frame_key(fn.__code__, fn.__module__, fn))
+            log.add_graph(graph.gm, frame_key(fn.__code__, fn.__module__, fn))
             with stage(counters, "backend"):
                 compiled.append(backend(graph.gm, graph.example_inputs))
             if graph.dynamic_dims:
@@ -204,15 +217,36 @@ def make_convert(
                     return None  # captured again with those sizes fixed
                 _add_size_guards(result, graph, dynamic)
         _guards[:] = [str(g) for g in result.guards]
-        if guard_log.isEnabledFor(logging.INFO):
-            lines = "".join(f"\n  {g}" for g in _guards)
-            guard_log.info("guards of %s's new entry:%s", name, lines)
+        _log_guards(name, "the new entry")
         guards = guard_check(result)
         run = result.build(compiled, hook)
+        if saving:
+            with stage(counters, "saved_entry"):
+                _save(saved, result, policy.mode)
         return GuardedEntry(guards.check, guards.failure, run)
+
+    def _log_guards(name: str, what: str) -> None:
+        if guard_log.isEnabledFor(logging.INFO):
+            lines = "".join(f"\n  {g}" for g in _guards)
+            guard_log.info("guards of %s's %s:%s", name, what, lines)
 
     _guards: list[str] = []  # those of the latest capture, for its record
     return convert
+
+
+def _save(
+    saved: SavedEntries, result: ember_capture.CaptureResult, dynamic: object
+) -> None:
+    """Keeps the entry made from ``result`` for later processes, when it can be
+    named there (why not goes to the ``ember.perf`` log)."""
+    try:
+        graphs = tuple(
+            saved_graph(saved.backend, g.name, g.gm, graph_locations(g.gm))
+            for g in result.graphs
+        )
+        saved.save(result.fn, saved_entry(result, graphs), dynamic)
+    except NotSaved as e:
+        perf.info("%s: its entry is not saved: %s", function_name(result.fn), e)
 
 
 # The order stages are listed in (a compile runs them in this order).
@@ -220,6 +254,7 @@ _STAGE_ORDER = {
     name: i
     for i, name in enumerate(
         [
+            "saved_entry",
             "capture",
             "backend",
             "cache_key",
@@ -322,46 +357,6 @@ def _rng_devices() -> list[int]:
     if not torch.cuda.is_initialized():
         return []
     return list(range(torch.cuda.device_count()))
-
-
-def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
-    """The runtime's fast check for a capture's guards: tensor guards become
-    TensorChecks (C++ when built), the rest stays one compiled Python check."""
-    fn = result.fn
-    cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
-    kinds = ember_capture.GuardKind
-    # Tensors with symbolic sizes are checked with the Python guards.
-    tensor_guards = [
-        g
-        for g in result.guards
-        if g.kind is kinds.TENSOR_MATCH and not g.expected.dynamic
-    ]
-    rest = ember_capture.GuardSet(g for g in result.guards if g not in tensor_guards)
-    checks = tuple(
-        TensorCheck(
-            g.source.name(),
-            s.type,
-            s.dtype,
-            s.device,
-            s.shape,
-            s.stride,
-            s.requires_grad,
-        )
-        for g in tensor_guards
-        for s in [g.expected]
-    )
-    # A tuple display evaluates left to right: shared parts are read once.
-    shared = ember_capture.SharedReads(g.source for g in tensor_guards)
-    reads = "".join(f"{shared.expr(g.source)}, " for g in tensor_guards)
-    read = eval(f"lambda L: ({reads})", {"G": fn.__globals__, "C": cells})
-    other = rest.compile(fn.__globals__, cells) if len(rest) else None
-    spec = GuardSpec(
-        checks,
-        read,
-        other.check if other else None,
-        other.failure if other else None,
-    )
-    return compile_guards(spec)
 
 
 def _meta_rules() -> contextlib.AbstractContextManager:

@@ -53,6 +53,18 @@ def mark_static(t: torch.Tensor, dim: int | Iterable[int]) -> None:
     setattr(t, _STATIC_ATTR, marks)
 
 
+def has_size_marks(values: object) -> bool:
+    """Whether a tensor among ``values`` (in tuples, lists and dict values)
+    carries a ``mark_dynamic`` or ``mark_static`` mark."""
+    if isinstance(values, torch.Tensor):
+        return hasattr(values, _DYNAMIC_ATTR) or hasattr(values, _STATIC_ATTR)
+    if isinstance(values, (tuple, list)):
+        return any(has_size_marks(v) for v in values)
+    if isinstance(values, dict):
+        return any(has_size_marks(v) for v in values.values())
+    return False
+
+
 class DynamicPolicy:
     """The policy of one compiled function (``dims`` is capture's DynamicDims).
 
@@ -136,6 +148,12 @@ class DynamicPolicy:
                     self._remembered.save(self._automatic)
             return [0] if automatic else []
         return []
+
+    def recall(self) -> None:
+        """Reads the dims an earlier run found dynamic, noting why, as the
+        first capture would (a saved entry served the call instead)."""
+        if self.mode is None:
+            self._automatic_dims()
 
     def _automatic_dims(self) -> dict[str, set[int]]:
         if self._automatic is None:

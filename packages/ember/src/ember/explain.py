@@ -232,7 +232,7 @@ def from_log(
     """The answers from what a compiled function's log recorded; ``python``:
     the torch calls each function made as Python (``counting_ops``), of which
     only the compiled functions' count unless ``others``."""
-    graphs = list(log.graphs)
+    graphs = log.graph_modules()
     return ExplainOutput(
         graphs=graphs,
         graph_count=len(graphs),
@@ -303,7 +303,7 @@ def _frames(log: CompileLog, python: Counter[str], others: bool) -> list[FrameOp
     Python (``python``, counted while the compiled code ran). ``others``: also
     the functions nobody compiled (called from compiled code as Python)."""
     in_graphs: Counter[str] = Counter()
-    for frame, gm in zip(log.graph_frames, log.graphs):
+    for frame, gm in zip(log.graph_frames, log.graph_modules()):
         in_graphs[frame] += _tensor_ops(gm)
     compiled = [
         frame_key(d.fn.__code__, d.fn.__module__, d.fn) for d in log.dispatchers

@@ -141,7 +141,7 @@ def _section(i: int, c: Compiled) -> str:
     parts.append(f"<h3>Graphs ({len(log.graphs)})</h3>")
     parts += [
         _details(f"graph {k}: {frame}", gm.code.strip())
-        for k, (frame, gm) in enumerate(zip(log.graph_frames, log.graphs))
+        for k, (frame, gm) in enumerate(zip(log.graph_frames, log.graph_modules()))
     ]
     if log.eager_graph_reasons:
         parts.append(_list([f"run by torch: {r}" for r in log.eager_graph_reasons]))

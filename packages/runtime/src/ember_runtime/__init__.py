@@ -8,7 +8,14 @@ trust rules and the entries' tags). See docs/runtime.md and docs/security.md.
 """
 
 from .counters import Counters
-from .dispatcher import Dispatcher, Entry, Fallback, GuardedEntry, user_stacklevel
+from .dispatcher import (
+    Dispatcher,
+    Entry,
+    Fallback,
+    GuardedEntry,
+    binder,
+    user_stacklevel,
+)
 from .guards import (
     GuardCheck,
     GuardSpec,
@@ -36,6 +43,7 @@ __all__ = [
     "Stance",
     "TensorCheck",
     "UnsafeFolder",
+    "binder",
     "cache_key",
     "compile_guards",
     "compiler_version",

@@ -87,7 +87,7 @@ class Dispatcher:
     _code: types.CodeType | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self._bind = _binder(self.fn)
+        self._bind = binder(self.fn)
         self._code = self.fn.__code__  # the code its entries were made from
 
     @property
@@ -132,7 +132,7 @@ class Dispatcher:
             if self.fn.__code__ is self._code:
                 return  # another thread saw it first
             self._forget_entries()
-            self._bind = _binder(self.fn)
+            self._bind = binder(self.fn)
             self._code = self.fn.__code__
             self.recompile_reasons.append("the function's __code__ was replaced")
 
@@ -223,8 +223,9 @@ def _in_ember(frame: types.FrameType) -> bool:
     ) or frame.f_code.co_filename.startswith("<ember")
 
 
-def _binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
-    """Fast mapping of a call's arguments to the function's initial locals."""
+def binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
+    """``bind(args, kwargs)``: a call's arguments as the function's initial
+    locals (the dict guards read as ``L``), fast for plain signatures."""
     sig = inspect.signature(fn, follow_wrapped=False)
     code = fn.__code__
     plain = code.co_kwonlyargcount == 0 and code.co_posonlyargcount == 0

@@ -221,7 +221,7 @@ def environment_versions(distributions: Iterable[str] = ()) -> dict[str, str]:
         "python": sys.version,
         "torch": f"{torch.__version__} ({torch.version.git_version})",
         "cxx": compiler_version(),
-        "platform": platform.platform(),
+        "platform": platform_text(),
     }
     for name in distributions:
         try:
@@ -229,6 +229,18 @@ def environment_versions(distributions: Iterable[str] = ()) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
+
+
+def platform_text() -> str:
+    """The operating system, its release, the machine and the C library.
+    ``platform.platform()`` says the same but finds the C library's version by
+    reading the Python executable, 2 ms of every new process's first call."""
+    libc = ""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    return "-".join(
+        filter(None, (platform.system(), platform.release(), platform.machine(), libc))
+    )
 
 
 @functools.cache

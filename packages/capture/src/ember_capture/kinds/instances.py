@@ -30,12 +30,8 @@ from ..behaviour import (
     set_attr,
     truth,
 )
-from ..guards import (
-    Guard,
-    GuardKind,
-    module_has_no_hooks,
-    module_has_only_forward_hooks,
-)
+from ..checks import module_has_no_hooks, module_has_only_forward_hooks
+from ..guards import Guard, GuardKind
 from ..source import AttrSource, ItemSource, KeysSource, ModuleEntrySource, Source
 from ..torch_ops import MODULE_CONTAINERS
 from ..variables import (

@@ -1,0 +1,302 @@
+"""Guards in a form another process can check: the check's Python text, and each
+object it compares with written as JSON that names the object instead of
+holding it (a module by its name, a function or class by module and qualified
+name, a code object by a fingerprint of its contents).
+
+A new process rebuilds the check from this without capturing again
+(docs/capture.md, "Portable guards"). This module and checks.py are all that
+takes: neither imports the rest of capture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import sys
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .checks import CHECK_SCOPE, CellView, GlobalState, TensorSpec
+from .float_inputs import float_tensor
+
+
+class NotPortable(Exception):
+    """A guard compares with an object that has no name another process
+    could look up (an instance, a tensor, a function made inside a call)."""
+
+
+def code_fingerprint(code: types.CodeType) -> str:
+    """SHA-256 over what a code object is: its bytecode, constants (nested code
+    by their own fingerprint), names, flags, file and line table. Equal
+    fingerprints in two processes mean the same code from the same place."""
+    return hashlib.sha256(_code_text(code).encode()).hexdigest()
+
+
+def _code_text(code: types.CodeType) -> str:
+    consts = [
+        _code_text(c) if isinstance(c, types.CodeType) else _const_text(c)
+        for c in code.co_consts
+    ]
+    parts = (
+        code.co_code.hex(),
+        repr(consts),
+        repr(code.co_names),
+        repr(code.co_varnames),
+        repr(code.co_freevars),
+        repr(code.co_cellvars),
+        repr(
+            (
+                code.co_argcount,
+                code.co_posonlyargcount,
+                code.co_kwonlyargcount,
+                code.co_flags,
+            )
+        ),
+        code.co_filename,
+        code.co_qualname,
+        str(code.co_firstlineno),
+        code.co_linetable.hex(),
+        code.co_exceptiontable.hex(),
+    )
+    return "\0".join(parts)
+
+
+def _const_text(value: object) -> str:
+    # a frozenset's repr follows string hashing, which differs between processes
+    if isinstance(value, frozenset):
+        return f"frozenset({sorted(_const_text(v) for v in value)})"
+    if isinstance(value, tuple):
+        return f"({', '.join(_const_text(v) for v in value)},)"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def _lookup(module: str, qualname: str) -> object:
+    """The object ``module.qualname`` in this process; LookupError when the
+    module was never imported here or has no such name (nothing is imported)."""
+    try:
+        value: object = sys.modules[module]
+        for part in qualname.split("."):
+            value = getattr(value, part)
+    except (KeyError, AttributeError) as e:
+        raise LookupError(f"{module}.{qualname} is not found") from e
+    return value
+
+
+def _names_of(obj: object) -> list[tuple[str, str]]:
+    """The ``(module, qualified name)`` pairs under which ``obj`` might be
+    found again: torch's functions name a class that is not where they live
+    (``torch.matmul`` says ``_VariableFunctionsClass.matmul``), and a method
+    descriptor names only its class."""
+    if isinstance(obj, enum.Enum):
+        cls = type(obj)
+        return [(cls.__module__, f"{cls.__qualname__}.{obj.name}")]
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    name = getattr(obj, "__name__", None)
+    # a method descriptor names only its class; a builtin bound to a class
+    # (``object.__new__``) only that class
+    owner = getattr(obj, "__objclass__", None)
+    bound_to = getattr(obj, "__self__", None)
+    if owner is None and isinstance(bound_to, type):
+        owner = bound_to
+    if module is None and owner is not None:
+        module, qualname = owner.__module__, f"{owner.__qualname__}.{name}"
+    if not isinstance(module, str):
+        return []
+    found = [(module, n) for n in dict.fromkeys((qualname, name)) if isinstance(n, str)]
+    if module == "builtins" and isinstance(name, str):
+        found.append(("types", name))  # NoneType and the like live there
+    return found
+
+
+_PLAIN = (type(None), bool, int, str)
+
+# The objects of capture's own that transformed code calls, by name.
+_HELPERS: dict[str, object] = {"float_tensor": float_tensor}
+
+
+def encode(value: object, read: str | None = None) -> Any:
+    """JSON that ``decode`` turns back into ``value`` (or, for a code object,
+    into the code read by the expression ``read`` when its fingerprint is the
+    same). Raises NotPortable."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is float:
+        return ["float", value.hex()]
+    if kind in (tuple, list):
+        return [kind.__name__, [encode(v) for v in value]]
+    if kind is torch.dtype:
+        return ["dtype", str(value).removeprefix("torch.")]
+    if kind is torch.device:
+        return ["device", str(value)]
+    if kind is GlobalState:
+        return ["GlobalState", [encode(v) for v in value]]
+    if kind is TensorSpec:
+        return ["TensorSpec", [encode(getattr(value, f)) for f in _SPEC_FIELDS]]
+    if kind is types.CodeType:
+        if read is None:
+            raise NotPortable(f"the code of {value.co_qualname} is read from nowhere")
+        return ["code", code_fingerprint(value), read]
+    for name, helper in _HELPERS.items():
+        if value is helper:
+            return ["helper", name]
+    if isinstance(value, types.ModuleType):
+        name = getattr(value, "__name__", None)
+        if isinstance(name, str) and sys.modules.get(name) is value:
+            return ["module", name]
+        raise NotPortable(f"the module {name} is not in sys.modules under its name")
+    for where in _names_of(value):
+        try:
+            found = _lookup(*where)
+        except LookupError:
+            continue
+        # a decorated function's name finds the decorator's wrapper, which
+        # keeps the function as ``__wrapped__`` (functools.wraps)
+        for depth in range(_MAX_WRAPPED + 1):
+            if found is value:
+                return ["global", *where] + ([depth] if depth else [])
+            found = getattr(found, "__wrapped__", None)
+            if found is None:
+                break
+    text = repr(value)
+    text = text if len(text) < 80 else text[:77] + "..."
+    raise NotPortable(f"{text} has no name to look it up by")
+
+
+# Decorators around one function that a name is followed through.
+_MAX_WRAPPED = 4
+
+_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(TensorSpec))
+
+
+def decode(data: Any, read: Callable[[str], object] | None = None) -> object:
+    """The object ``encode`` wrote. ``read(expression)`` evaluates a guard's
+    read over the frame, for code objects. Raises LookupError when the
+    object is not in this process (or the code read differs)."""
+    if type(data) is not list:
+        return data
+    tag, *rest = data
+    if tag == "float":
+        return float.fromhex(rest[0])
+    if tag == "tuple":
+        return tuple(decode(v, read) for v in rest[0])
+    if tag == "list":
+        return [decode(v, read) for v in rest[0]]
+    if tag == "dtype":
+        dtype = getattr(torch, rest[0], None)
+        if type(dtype) is not torch.dtype:
+            raise LookupError(f"no dtype torch.{rest[0]}")
+        return dtype
+    if tag == "device":
+        return torch.device(rest[0])
+    if tag == "GlobalState":
+        return GlobalState(*(decode(v, read) for v in rest[0]))
+    if tag == "TensorSpec":
+        return TensorSpec(*(decode(v, read) for v in rest[0]))
+    if tag == "code":
+        fingerprint, expression = rest
+        code = None if read is None else read(expression)
+        if type(code) is not types.CodeType or code_fingerprint(code) != fingerprint:
+            raise LookupError(f"the code read by {expression} is not the same")
+        return code
+    if tag == "module":
+        if rest[0] not in sys.modules:
+            raise LookupError(f"the module {rest[0]} is not imported")
+        return sys.modules[rest[0]]
+    if tag == "global":
+        module, qualname, *depth = rest
+        value = _lookup(module, qualname)
+        for _ in range(depth[0] if depth else 0):
+            value = getattr(value, "__wrapped__", None)
+        if value is None:
+            raise LookupError(f"{module}.{qualname} no longer wraps a function")
+        return value
+    if tag == "helper" and rest[0] in _HELPERS:
+        return _HELPERS[rest[0]]
+    raise LookupError(f"unknown portable value {tag!r}")
+
+
+@dataclass(frozen=True)
+class PortableGuards:
+    """A GuardChecker's check as text: ``body`` is the boolean expression over
+    ``L``, ``G``, ``C`` and ``___e<i>`` (``expected`` holds each i's encoded
+    value); ``terms`` is each guard alone, as (its description, its
+    expression), for naming the one that failed."""
+
+    body: str
+    expected: tuple[tuple[int, Any], ...]
+    terms: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict:
+        return {
+            "body": self.body,
+            "expected": [list(e) for e in self.expected],
+            "terms": [list(t) for t in self.terms],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> PortableGuards:
+        return cls(
+            str(data["body"]),
+            tuple((int(i), v) for i, v in data["expected"]),
+            tuple((str(d), str(t)) for d, t in data["terms"]),
+        )
+
+    def compile(
+        self, f_globals: dict, cells: CellView, f_locals: dict
+    ) -> PortableCheck:
+        """The check for one function object. Code objects are found by
+        reading them from ``f_locals`` (the call being served), so the check
+        then compares identities, as the capturing process's did. Raises
+        LookupError when an expected object is not in this process."""
+        frame = {"L": f_locals, "G": f_globals, "C": cells, **CHECK_SCOPE}
+
+        def read(expression: str) -> object:
+            try:
+                return eval(expression, frame)
+            except Exception as e:
+                raise LookupError(f"{expression} could not be read") from e
+
+        scope = dict(CHECK_SCOPE)
+        for i, value in self.expected:
+            scope[f"___e{i}"] = decode(value, read)
+        return PortableCheck(self, scope, f_globals, cells)
+
+
+class PortableCheck:
+    """``check(f_locals)``, and ``failure(f_locals)`` naming the first guard
+    that fails (by its description: the values it read are not kept)."""
+
+    def __init__(
+        self, guards: PortableGuards, scope: dict, f_globals: dict, cells: CellView
+    ) -> None:
+        self._fn = eval(f"lambda L, G, C: {guards.body}", scope)
+        self._guards = guards
+        self._scope = scope
+        self._g = f_globals
+        self._c = cells
+
+    def check(self, f_locals: dict) -> bool:
+        try:
+            return self._fn(f_locals, self._g, self._c)
+        except Exception:  # a missing attribute or item means the guard failed
+            return False
+
+    def failure(self, f_locals: dict) -> str | None:
+        # compiled here, not up front: most entries are never asked
+        for text, term in self._guards.terms:
+            try:
+                holds = eval(f"lambda L, G, C: {term}", self._scope)(
+                    f_locals, self._g, self._c
+                )
+            except Exception:
+                holds = False
+            if not holds:
+                return f"{text}: no longer holds"
+        return None

@@ -1,0 +1,71 @@
+"""A capture's guards as the runtime's fast check: tensor guards become
+TensorChecks (C++ when built), the rest one generated Python check. A saved
+entry (saved_entries.py) keeps the same split as text and rebuilds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ember_capture
+from ember_runtime import GuardCheck, GuardSpec, TensorCheck, compile_guards
+
+
+@dataclass(frozen=True)
+class SplitGuards:
+    """``tensors`` are checked by the runtime on the values ``reads`` (the
+    body of a tuple display over ``L``, ``G``, ``C``) gives; ``rest`` holds
+    every other guard."""
+
+    tensors: tuple[TensorCheck, ...]
+    reads: str
+    rest: ember_capture.GuardSet
+
+
+def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
+    """The tensor guards with fixed sizes, and the rest (tensors with symbolic
+    sizes are checked with the Python guards)."""
+    kinds = ember_capture.GuardKind
+    tensor_guards = [
+        g
+        for g in result.guards
+        if g.kind is kinds.TENSOR_MATCH and not g.expected.dynamic
+    ]
+    rest = ember_capture.GuardSet(g for g in result.guards if g not in tensor_guards)
+    checks = tuple(
+        TensorCheck(
+            g.source.name(),
+            s.type,
+            s.dtype,
+            s.device,
+            s.shape,
+            s.stride,
+            s.requires_grad,
+        )
+        for g in tensor_guards
+        for s in [g.expected]
+    )
+    # A tuple display evaluates left to right: shared parts are read once.
+    shared = ember_capture.SharedReads(g.source for g in tensor_guards)
+    reads = "".join(f"{shared.expr(g.source)}, " for g in tensor_guards)
+    return SplitGuards(checks, reads, rest)
+
+
+def tensor_reader(reads: str, f_globals: dict, cells: object):
+    """``L -> the tensors`` from SplitGuards.reads, for one function object."""
+    return eval(f"lambda L: ({reads})", {"G": f_globals, "C": cells})
+
+
+def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
+    """The runtime's fast check for a capture's guards."""
+    fn = result.fn
+    cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
+    split = split_guards(result)
+    read = tensor_reader(split.reads, fn.__globals__, cells)
+    other = split.rest.compile(fn.__globals__, cells) if len(split.rest) else None
+    spec = GuardSpec(
+        split.tensors,
+        read,
+        other.check if other else None,
+        other.failure if other else None,
+    )
+    return compile_guards(spec)
