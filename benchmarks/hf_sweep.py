@@ -6,7 +6,9 @@ compiled forward, and the first call's cold compile time; the last line counts
 the families that matched with one graph per size. The integration
 test (integration_tests/test_huggingface.py) checks twelve families in depth,
 training included; this sweep checks that the rest of the library captures too.
-With --train, each call is a training step instead (train mode, the backward of
+The saved= column counts the compiles a saved entry served (no capture): run
+the sweep twice with one EMBER_CACHE_DIR and the second run's are its warm
+starts. With --train, each call is a training step instead (train mode, the backward of
 the sum of the floating outputs): the outputs, every parameter's gradient and
 the buffers (BatchNorm's running statistics) are compared with an eager copy's
 (vision models in float64: see ``sweep_one``; within a tolerance of each tensor's
@@ -260,9 +262,13 @@ def sweep_one(
             matches.append(same(got, want))
     forward = compiled._compiled_forward
     graphs, breaks = len(forward.log.graphs), len(forward.breaks)
+    compiles = forward.log.compiles
+    saved = sum(
+        "saved_entry" in c.seconds and "capture" not in c.seconds for c in compiles
+    )
     line = (
         f"match={'yes' if all(matches) else 'NO'} graphs={graphs} "
-        f"breaks={breaks} cold={cold:.1f}s"
+        f"breaks={breaks} cold={cold:.1f}s saved={saved}/{len(compiles)}"
     )
     return all(matches) and graphs == len(SIZES) and breaks == 0, line
 

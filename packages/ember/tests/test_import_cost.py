@@ -54,8 +54,9 @@ def test_public_names_resolve_lazily() -> None:
 
 
 def test_a_warm_start_loads_without_the_compiler_stages(tmp_path) -> None:
-    # The second process finds the graph on disk: it captures again, but
-    # imports neither aotgrad's tracer and rules nor codegen's lowering and
+    # The second process finds the function's saved entry and its graph on
+    # disk: it imports neither capture's interpreter, value kinds and bytecode
+    # library, nor aotgrad's tracer and rules, nor codegen's lowering and
     # renderers (a stored graph runs with wrapper_globals).
     code = f"""
 import torch, ember
@@ -68,6 +69,10 @@ assert torch.equal(f(torch.ones(3)), torch.full((3,), 2.0))
     assert "ember_codegen.lowering.rules" in cold
     assert "ember_codegen.compiled" in warm
     for module in (
+        "ember_capture.entry",
+        "ember_capture.bytecode_interp",
+        "ember_capture.variables",
+        "bytecode",
         "ember_aotgrad.trace",
         "ember_aotgrad.decompositions",
         "ember_codegen.lowering.rules",

@@ -32,7 +32,7 @@ from .backends import Backend, CompileLog, CompileRecord
 from .cache import MetaResultsCache
 from .distributed import active_ddp
 from .dynamic import SHAPES, DynamicPolicy, has_size_marks
-from .guard_checks import guard_check
+from .guard_checks import SplitGuards, guard_check, split_guards
 from .logs import warn_user
 from .progress import stage, watched
 from .saved_entries import NotSaved, SavedEntries, saved_entry, saved_graph
@@ -218,11 +218,12 @@ def make_convert(
                 _add_size_guards(result, graph, dynamic)
         _guards[:] = [str(g) for g in result.guards]
         _log_guards(name, "the new entry")
-        guards = guard_check(result)
+        split = split_guards(result)
+        guards = guard_check(result.fn, split)
         run = result.build(compiled, hook)
         if saving:
             with stage(counters, "saved_entry"):
-                _save(saved, result, policy.mode)
+                _save(saved, result, split, policy.mode)
         return GuardedEntry(guards.check, guards.failure, run)
 
     def _log_guards(name: str, what: str) -> None:
@@ -235,7 +236,10 @@ def make_convert(
 
 
 def _save(
-    saved: SavedEntries, result: ember_capture.CaptureResult, dynamic: object
+    saved: SavedEntries,
+    result: ember_capture.CaptureResult,
+    split: SplitGuards,
+    dynamic: object,
 ) -> None:
     """Keeps the entry made from ``result`` for later processes, when it can be
     named there (why not goes to the ``ember.perf`` log)."""
@@ -244,7 +248,7 @@ def _save(
             saved_graph(saved.backend, g.name, g.gm, graph_locations(g.gm))
             for g in result.graphs
         )
-        saved.save(result.fn, saved_entry(result, graphs), dynamic)
+        saved.save(result.fn, saved_entry(result, split, graphs), dynamic)
     except NotSaved as e:
         perf.info("%s: its entry is not saved: %s", function_name(result.fn), e)
 

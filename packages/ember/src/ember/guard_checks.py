@@ -4,6 +4,7 @@ entry (saved_entries.py) keeps the same split as text and rebuilds it."""
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 
 import ember_capture
@@ -13,17 +14,18 @@ from ember_runtime import GuardCheck, GuardSpec, TensorCheck, compile_guards
 @dataclass(frozen=True)
 class SplitGuards:
     """``tensors`` are checked by the runtime on the values ``reads`` (the
-    body of a tuple display over ``L``, ``G``, ``C``) gives; ``rest`` holds
-    every other guard."""
+    body of a tuple display over ``L``, ``G``, ``C``) gives; ``rest`` checks
+    every other guard (None: there is none)."""
 
     tensors: tuple[TensorCheck, ...]
     reads: str
-    rest: ember_capture.GuardSet
+    rest: ember_capture.GuardChecker | None
 
 
 def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
-    """The tensor guards with fixed sizes, and the rest (tensors with symbolic
-    sizes are checked with the Python guards)."""
+    """The tensor guards with fixed sizes, and the rest compiled for the
+    captured function (tensors with symbolic sizes are checked with the
+    Python guards)."""
     kinds = ember_capture.GuardKind
     tensor_guards = [
         g
@@ -31,6 +33,9 @@ def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
         if g.kind is kinds.TENSOR_MATCH and not g.expected.dynamic
     ]
     rest = ember_capture.GuardSet(g for g in result.guards if g not in tensor_guards)
+    fn = result.fn
+    cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
+    checker = rest.compile(fn.__globals__, cells) if len(rest) else None
     checks = tuple(
         TensorCheck(
             g.source.name(),
@@ -47,7 +52,7 @@ def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
     # A tuple display evaluates left to right: shared parts are read once.
     shared = ember_capture.SharedReads(g.source for g in tensor_guards)
     reads = "".join(f"{shared.expr(g.source)}, " for g in tensor_guards)
-    return SplitGuards(checks, reads, rest)
+    return SplitGuards(checks, reads, checker)
 
 
 def tensor_reader(reads: str, f_globals: dict, cells: object):
@@ -55,16 +60,14 @@ def tensor_reader(reads: str, f_globals: dict, cells: object):
     return eval(f"lambda L: ({reads})", {"G": f_globals, "C": cells})
 
 
-def guard_check(result: ember_capture.CaptureResult) -> GuardCheck:
-    """The runtime's fast check for a capture's guards."""
-    fn = result.fn
+def guard_check(fn: types.FunctionType, split: SplitGuards) -> GuardCheck:
+    """The runtime's fast check for a capture's guards, split by
+    ``split_guards``, for the captured function ``fn``."""
     cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
-    split = split_guards(result)
-    read = tensor_reader(split.reads, fn.__globals__, cells)
-    other = split.rest.compile(fn.__globals__, cells) if len(split.rest) else None
+    other = split.rest
     spec = GuardSpec(
         split.tensors,
-        read,
+        tensor_reader(split.reads, fn.__globals__, cells),
         other.check if other else None,
         other.failure if other else None,
     )

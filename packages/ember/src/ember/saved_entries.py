@@ -46,7 +46,7 @@ from ember_runtime import (
 )
 
 from .cache import environment_text, function_key, read_stored
-from .guard_checks import split_guards, tensor_reader
+from .guard_checks import SplitGuards, tensor_reader
 
 if TYPE_CHECKING:
     from ember_capture import CaptureResult
@@ -157,20 +157,17 @@ class NotSaved(Exception):
     """Why an entry is not saved (it is still used in this process)."""
 
 
-def saved_entry(result: CaptureResult, graphs: tuple[SavedGraph, ...]) -> SavedEntry:
-    """The SavedEntry of a capture ``result`` whose graphs were compiled as
-    ``graphs``. Raises NotSaved."""
+def saved_entry(
+    result: CaptureResult, split: SplitGuards, graphs: tuple[SavedGraph, ...]
+) -> SavedEntry:
+    """The SavedEntry of a capture ``result`` whose guards ``split_guards``
+    split as ``split`` and whose graphs were compiled as ``graphs``. Raises
+    NotSaved."""
     if result.resume_codes or result.break_reason is not None:
         raise NotSaved("it has a graph break")
     fn = result.fn
-    split = split_guards(result)
-    cells = CellView(fn.__code__.co_freevars, fn.__closure__)
     try:
-        other = (
-            split.rest.compile(fn.__globals__, cells).portable()
-            if len(split.rest)
-            else None
-        )
+        other = None if split.rest is None else split.rest.portable()
         tensors = tuple(
             (
                 t.name,
