@@ -2,6 +2,7 @@
 with every object it compares with looked up by name there."""
 
 import enum
+import functools
 import subprocess
 import sys
 import textwrap
@@ -161,3 +162,80 @@ def test_inlined_code_is_found_through_the_call_and_compared_by_fingerprint():
             portable.compile(fn.__globals__, cells, {"self": model, "x": x})
     finally:
         helper.__code__ = original
+
+
+def _decorate(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_decorate
+def decorated(x):
+    return x + 1
+
+
+class WithClassmethod:
+    @classmethod
+    def make(cls):
+        return cls()
+
+
+def test_decorated_functions_and_classmethods_are_found_through_their_name():
+    inner = decorated.__wrapped__
+    assert encode(inner)[-1] == ["__wrapped__"]
+    assert decode(encode(inner)) is inner
+    function = WithClassmethod.make.__func__
+    assert encode(function)[-1] == ["__func__"]
+    assert decode(encode(function)) is function
+
+
+def _made(scale):
+    def times(x):
+        return x * scale
+
+    return times
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda k: functools.partial(F.gelu, approximate=k),
+        lambda k: _made(k) if k == "tanh" else (lambda x: x),
+        lambda k: int | None if k == "tanh" else int | str,
+    ],
+    ids=["partial", "function", "annotation"],
+)
+def test_objects_made_at_run_time_are_recognized_in_the_call(make):
+    saved = encode(make("tanh"), read="L['obj']")
+    again = make("tanh")  # another object, made the same way
+    assert decode(saved, lambda expression: again) is again
+    with pytest.raises(LookupError):
+        decode(saved, lambda expression: make("none"))
+    with pytest.raises(NotPortable):
+        encode(make("tanh"))  # no read: nothing to recognize it by
+
+
+class Twice(torch.nn.Module):
+    def __init__(self, first, second):
+        super().__init__()
+        self.first, self.second = first, second
+
+    def forward(self, x):
+        return self.first(x) + self.second(x)
+
+
+def test_one_object_read_twice_must_stay_one_object():
+    act = functools.partial(F.gelu, approximate="tanh")
+    fn = Twice.forward
+    x = torch.randn(3)
+    _, portable = _portable(fn, Twice(act, act), x)
+    assert any(value[0] == "same" for _, value in portable.expected)
+    cells = CellView(fn.__code__.co_freevars, fn.__closure__)
+    other = functools.partial(F.gelu, approximate="tanh")
+    for model, holds in ((Twice(other, other), True), (Twice(other, act), False)):
+        f_locals = {"self": model, "x": x}
+        check = portable.compile(fn.__globals__, cells, f_locals)
+        assert check.check(f_locals) is holds

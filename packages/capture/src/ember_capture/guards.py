@@ -402,10 +402,16 @@ class GuardChecker:
         """This check in a form another process rebuilds without capture
         (portable.py). Raises NotPortable when an expected object has no name
         there (an instance, a tensor kept by identity)."""
-        expected = []
+        expected: list[tuple[int, Any]] = []
+        first: dict[int, int] = {}  # id of an object compared by identity -> i
         for i, guard in enumerate(self.guards):
             if "{e}" not in _CHECKS[guard.kind][0] or guard.kind in _EXPECTS_SOURCE:
                 continue
+            if guard.kind is GuardKind.ID_MATCH:
+                if id(guard.expected) in first:
+                    expected.append((i, ["same", first[id(guard.expected)]]))
+                    continue
+                first[id(guard.expected)] = i
             read = guard.source.expr() if guard.source is not None else None
             expected.append((i, encode(guard.expected, read)))
         terms = tuple(

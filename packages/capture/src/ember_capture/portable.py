@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import sys
 import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -121,9 +123,12 @@ _HELPERS: dict[str, object] = {"float_tensor": float_tensor}
 
 
 def encode(value: object, read: str | None = None) -> Any:
-    """JSON that ``decode`` turns back into ``value`` (or, for a code object,
-    into the code read by the expression ``read`` when its fingerprint is the
-    same). Raises NotPortable."""
+    """JSON that ``decode`` turns back into ``value``. An object with no name
+    (a code object, a function made at run time, a ``functools.partial``) is
+    written as what it must be: ``decode`` reads the object with the guard's
+    expression ``read`` from the call being served and accepts it when it is
+    the same code (fingerprint), the same function (code and defaults) or the
+    same partial (function, arguments). Raises NotPortable."""
     kind = type(value)
     if kind in _PLAIN:
         return value
@@ -152,25 +157,51 @@ def encode(value: object, read: str | None = None) -> Any:
             return ["module", name]
         raise NotPortable(f"the module {name} is not in sys.modules under its name")
     for where in _names_of(value):
-        try:
-            found = _lookup(*where)
-        except LookupError:
-            continue
-        # a decorated function's name finds the decorator's wrapper, which
-        # keeps the function as ``__wrapped__`` (functools.wraps)
-        for depth in range(_MAX_WRAPPED + 1):
-            if found is value:
-                return ["global", *where] + ([depth] if depth else [])
-            found = getattr(found, "__wrapped__", None)
-            if found is None:
-                break
+        path = _path_to(value, where)
+        if path is not None:
+            return ["global", *where, path]
+    if read is not None and kind is functools.partial:
+        parts = [value.func, value.args, tuple(sorted(value.keywords.items()))]
+        return ["partial", read, encode(parts)]
+    if read is not None and typing.get_origin(value) is not None:
+        # a type annotation object (``int | None``, ``list[int]``): made anew
+        # by each ``|`` or subscript, so the same one is recognized by parts
+        parts = [typing.get_origin(value), typing.get_args(value)]
+        return ["annotation", read, kind.__qualname__, encode(parts)]
+    if read is not None and kind is types.FunctionType:
+        code = value.__code__
+        defaults = [value.__defaults__, sorted((value.__kwdefaults__ or {}).items())]
+        return ["function", read, code_fingerprint(code), encode(defaults)]
     text = repr(value)
     text = text if len(text) < 80 else text[:77] + "..."
     raise NotPortable(f"{text} has no name to look it up by")
 
 
-# Decorators around one function that a name is followed through.
-_MAX_WRAPPED = 4
+# What a name may be followed through to reach the object: a decorator's
+# wrapper keeps the function as ``__wrapped__`` (functools.wraps), a class's
+# classmethod is a new bound method whose ``__func__`` is the function.
+_FOLLOW = ("__wrapped__", "__func__")
+_MAX_FOLLOW = 4
+
+
+def _path_to(value: object, where: tuple[str, str]) -> list[str] | None:
+    """The attributes (from ``_FOLLOW``) that lead from the object named
+    ``where`` to ``value`` itself, or None."""
+    try:
+        found = _lookup(*where)
+    except LookupError:
+        return None
+    path: list[str] = []
+    for _ in range(_MAX_FOLLOW + 1):
+        if found is value:
+            return path
+        step = next((a for a in _FOLLOW if hasattr(found, a)), None)
+        if step is None:
+            return None
+        found = getattr(found, step)
+        path.append(step)
+    return None
+
 
 _SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(TensorSpec))
 
@@ -201,7 +232,7 @@ def decode(data: Any, read: Callable[[str], object] | None = None) -> object:
         return TensorSpec(*(decode(v, read) for v in rest[0]))
     if tag == "code":
         fingerprint, expression = rest
-        code = None if read is None else read(expression)
+        code = _read(read, expression)
         if type(code) is not types.CodeType or code_fingerprint(code) != fingerprint:
             raise LookupError(f"the code read by {expression} is not the same")
         return code
@@ -210,16 +241,58 @@ def decode(data: Any, read: Callable[[str], object] | None = None) -> object:
             raise LookupError(f"the module {rest[0]} is not imported")
         return sys.modules[rest[0]]
     if tag == "global":
-        module, qualname, *depth = rest
+        module, qualname, *more = rest
+        path = more[0] if more else []
         value = _lookup(module, qualname)
-        for _ in range(depth[0] if depth else 0):
-            value = getattr(value, "__wrapped__", None)
-        if value is None:
-            raise LookupError(f"{module}.{qualname} no longer wraps a function")
+        for step in path:
+            if step not in _FOLLOW or not hasattr(value, step):
+                raise LookupError(f"{module}.{qualname} has no {step} now")
+            value = getattr(value, step)
         return value
+    if tag == "partial":
+        expression, parts = rest
+        found = _read(read, expression)
+        func, args, keywords = decode(parts, read)
+        if not (
+            type(found) is functools.partial
+            and found.func is func
+            and found.args == args
+            and tuple(sorted(found.keywords.items())) == keywords
+        ):
+            raise LookupError(f"{expression} is not the same partial")
+        return found
+    if tag == "annotation":
+        expression, kind, parts = rest
+        found = _read(read, expression)
+        origin, args = decode(parts, read)
+        if not (
+            type(found).__qualname__ == kind
+            and typing.get_origin(found) is origin
+            and len(typing.get_args(found)) == len(args)
+            and all(a is b for a, b in zip(typing.get_args(found), args))
+        ):
+            raise LookupError(f"{expression} is not the same annotation")
+        return found
+    if tag == "function":
+        expression, fingerprint, defaults = rest
+        found = _read(read, expression)
+        if not (
+            type(found) is types.FunctionType
+            and code_fingerprint(found.__code__) == fingerprint
+            and [found.__defaults__, sorted((found.__kwdefaults__ or {}).items())]
+            == decode(defaults, read)
+        ):
+            raise LookupError(f"{expression} is not the same function")
+        return found
     if tag == "helper" and rest[0] in _HELPERS:
         return _HELPERS[rest[0]]
     raise LookupError(f"unknown portable value {tag!r}")
+
+
+def _read(read: Callable[[str], object] | None, expression: str) -> object:
+    if read is None:
+        raise LookupError(f"{expression} cannot be read here")
+    return read(expression)
 
 
 @dataclass(frozen=True)
@@ -230,6 +303,8 @@ class PortableGuards:
     expression), for naming the one that failed."""
 
     body: str
+    # (i, encoded): ``["same", j]`` when guard i compares with the object
+    # guard j does (objects read from the call keep their identities)
     expected: tuple[tuple[int, Any], ...]
     terms: tuple[tuple[str, str], ...]
 
@@ -265,7 +340,10 @@ class PortableGuards:
 
         scope = dict(CHECK_SCOPE)
         for i, value in self.expected:
-            scope[f"___e{i}"] = decode(value, read)
+            if type(value) is list and value and value[0] == "same":
+                scope[f"___e{i}"] = scope[f"___e{value[1]}"]
+            else:
+                scope[f"___e{i}"] = decode(value, read)
         return PortableCheck(self, scope, f_globals, cells)
 
 
