@@ -1,6 +1,8 @@
 """The umbrella's public API: compile forms, backends, caching, explain, errors."""
 
 import json
+import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -521,6 +523,24 @@ def test_guards_run_in_the_runtime_checker():
     assert entry.failure({"x": x[:2], "w": w, "b": b}) == (
         "L['x']: size changed from [4, 3] to [2, 3] (size(0): 4 -> 2)"
     )
+
+
+def test_a_tensor_read_through_an_import_compiles_once(monkeypatch):
+    holder = types.ModuleType("ember_test_weights")
+    holder.w = torch.randn(3)
+    monkeypatch.setitem(sys.modules, "ember_test_weights", holder)
+
+    def scaled(x):
+        import ember_test_weights
+
+        return x * ember_test_weights.w
+
+    compiled = ember.compile(scaled)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), scaled(x))
+    # the tensor guard reads sys.modules by the name the checks give it
+    assert len(compiled.log.compiles) == 1
 
 
 def test_profile_reports_the_kernels_of_a_forward_and_its_backward():

@@ -2,6 +2,7 @@
 call from the entry an earlier compile saved (no capture), exactly when that
 entry's guards hold; edits, changed values and other inputs capture again."""
 
+import functools
 import json
 import logging
 import os
@@ -260,3 +261,99 @@ def test_an_entry_with_symbolic_sizes_serves_other_sizes(tmp_path):
     assert served(compiled) == [True]
     # the entry kept its symbolic size and the guards on it
     assert any("size=[s0, s1]" in g for g in compiled.log.compiles[0].guards)
+
+
+def rectified(x):
+    return F.relu(x - 0.5) * 2
+
+
+def test_a_patched_torch_function_is_not_served(tmp_path, monkeypatch):
+    x = torch.randn(5)
+    fresh(rectified, tmp_path)(x)
+    monkeypatch.setattr(F, "relu", lambda t: t.abs())  # the same name, patched
+    compiled = fresh(rectified, tmp_path)
+    torch.testing.assert_close(compiled(x), rectified(x))
+    assert served(compiled) == [False]
+
+
+class Base:
+    pass
+
+
+class Other:
+    pass
+
+
+class Kind(Base):
+    pass
+
+
+def kind_of(obj, x):
+    return x.sin() if isinstance(obj, Base) else x.cos()
+
+
+def test_an_edited_class_body_is_not_served(tmp_path, monkeypatch):
+    x = torch.randn(4)
+    fresh(kind_of, tmp_path)(Kind(), x)
+    # the class the guard names is defined again with another base
+    edited = type("Kind", (Other,), {"__module__": __name__, "__qualname__": "Kind"})
+    monkeypatch.setitem(globals(), "Kind", edited)
+    compiled = fresh(kind_of, tmp_path)
+    torch.testing.assert_close(compiled(edited(), x), x.cos())
+    assert served(compiled) == [False]
+
+
+def times_k(k):
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapper(x):
+            return f(x) * k
+
+        return wrapper
+
+    return decorate
+
+
+_twice = times_k(2)
+
+
+@_twice
+def plus_one(x):
+    return x + 1
+
+
+@_twice
+def plus_two(x):
+    return x + 2
+
+
+def both(x):
+    return plus_one(x) + plus_two(x)
+
+
+def test_functions_that_shared_a_closure_cell_are_each_guarded(tmp_path, monkeypatch):
+    x = torch.ones(3)
+    fresh(both, tmp_path)(x)  # one decorator instance: one cell for both k's
+    monkeypatch.setitem(globals(), "plus_two", times_k(3)(plus_two.__wrapped__))
+    compiled = fresh(both, tmp_path)
+    torch.testing.assert_close(compiled(x), both(x))
+    assert served(compiled) == [False]
+
+
+def environment_scaled(t):
+    return t * len(os.environ.get("EMBER_TEST_A", "")) + len(
+        os.environ.get("EMBER_TEST_B", "")
+    )
+
+
+def test_a_served_entry_names_the_guard_that_failed(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_TEST_A", "x")
+    monkeypatch.setenv("EMBER_TEST_B", "y")
+    fresh(environment_scaled, tmp_path)(torch.ones(2))
+    compiled = fresh(environment_scaled, tmp_path)
+    compiled(torch.ones(2))
+    monkeypatch.setenv("EMBER_TEST_B", "yyyy")
+    torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 5.0))
+    assert served(compiled) == [True, False]
+    [reason] = compiled.dispatcher.recompile_reasons
+    assert "EMBER_TEST_B" in reason and "no longer holds" in reason

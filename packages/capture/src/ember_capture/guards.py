@@ -294,7 +294,9 @@ _FIXED_ATTRS = frozenset({"__globals__", "__closure__"})
 _FREE = object()  # ``distinct_guards``: no object is fixed for this source
 
 
-def distinct_guards(guards: Sequence[Guard]) -> tuple[Guard, ...]:
+def distinct_guards(
+    guards: Sequence[Guard], through_functions: bool = True
+) -> tuple[Guard, ...]:
     """``guards`` without those that check what an earlier one checks: the same
     kind on a source that reads the same object at check time. A source passing
     an ID_MATCH guard is that object (as is a function's ``__globals__`` or
@@ -302,7 +304,12 @@ def distinct_guards(guards: Sequence[Guard]) -> tuple[Guard, ...]:
     one module reads ``__globals__['torch']`` from the one dict, and every path
     to the torch module reads ``.float16`` from the one module: one guard each
     checks them all (a T5's 1182 guards had 88 on one enum's four members).
-    The guards kept imply the ones dropped, so the check answers the same."""
+    The guards kept imply the ones dropped, so the check answers the same.
+
+    ``through_functions=False`` keeps the guards read through a function's
+    ``__globals__`` and ``__closure__``: in another process a function is
+    found again by name or by how it was made (portable.py), not as the one
+    object, and two functions that shared a closure cell here need not there."""
     pinned = {g.source: g.expected for g in guards if g.kind is GuardKind.ID_MATCH}
 
     def pin(source: Source, own: bool) -> object:
@@ -317,7 +324,9 @@ def distinct_guards(guards: Sequence[Guard]) -> tuple[Guard, ...]:
         if held is _FREE:
             return _FREE
         if isinstance(source, AttrSource) and source.attr in _FIXED_ATTRS:
-            return getattr(held, source.attr) if type(held) is FunctionType else _FREE
+            if not through_functions or type(held) is not FunctionType:
+                return _FREE
+            return getattr(held, source.attr)
         if isinstance(source, ItemSource) and type(held) is tuple:
             index = source.index
             return (
@@ -384,6 +393,7 @@ class GuardChecker:
     def __init__(
         self, guards: tuple[Guard, ...], f_globals: dict, cells: CellView
     ) -> None:
+        self._captured = guards
         guards = distinct_guards(guards)
         self.guards = guards
         self._g = f_globals
@@ -402,9 +412,10 @@ class GuardChecker:
         """This check in a form another process rebuilds without capture
         (portable.py). Raises NotPortable when an expected object has no name
         there (an instance, a tensor kept by identity)."""
+        guards = distinct_guards(self._captured, through_functions=False)
         expected: list[tuple[int, Any]] = []
         first: dict[int, int] = {}  # id of an object compared by identity -> i
-        for i, guard in enumerate(self.guards):
+        for i, guard in enumerate(guards):
             if "{e}" not in _CHECKS[guard.kind][0] or guard.kind in _EXPECTS_SOURCE:
                 continue
             if guard.kind is GuardKind.ID_MATCH:
@@ -414,10 +425,15 @@ class GuardChecker:
                 first[id(guard.expected)] = i
             read = guard.source.expr() if guard.source is not None else None
             expected.append((i, encode(guard.expected, read)))
+        if guards == self.guards:
+            body = self.body
+        else:  # more guards than this process's check: read them anew
+            shared = SharedReads(_reads(guards))
+            body = " and ".join(_term(i, g, shared.expr) for i, g in enumerate(guards))
         terms = tuple(
-            (str(g), _term(i, g, Source.expr)) for i, g in enumerate(self.guards)
+            (str(g), _term(i, g, lambda s: s.expr())) for i, g in enumerate(guards)
         )
-        return PortableGuards(self.body, tuple(expected), terms)
+        return PortableGuards(body or "True", tuple(expected), terms)
 
     def check(self, f_locals: dict) -> bool:
         try:

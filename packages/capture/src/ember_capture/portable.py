@@ -10,6 +10,7 @@ takes: neither imports the rest of capture.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -17,6 +18,7 @@ import hashlib
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -159,7 +161,7 @@ def encode(value: object, read: str | None = None) -> Any:
     for where in _names_of(value):
         path = _path_to(value, where)
         if path is not None:
-            return ["global", *where, path]
+            return ["global", *where, path, _what(value)]
     if read is not None and kind is functools.partial:
         parts = [value.func, value.args, tuple(sorted(value.keywords.items()))]
         return ["partial", read, encode(parts)]
@@ -175,6 +177,86 @@ def encode(value: object, read: str | None = None) -> Any:
     text = repr(value)
     text = text if len(text) < 80 else text[:77] + "..."
     raise NotPortable(f"{text} has no name to look it up by")
+
+
+def _what(value: object) -> str:
+    """What a named object is, beyond its name: the same name in another
+    process may be bound to something else (a patched ``torch.sin``, a class
+    whose body was edited). A Python function by its code, a class by
+    ``class_fingerprint``, anything else by its type and the names it gives
+    itself."""
+    if type(value) is types.FunctionType:
+        return "code " + code_fingerprint(value.__code__)
+    if isinstance(value, type):
+        return "class " + class_fingerprint(value)
+    names = [getattr(value, a, None) for a in ("__module__", "__qualname__")]
+    names.append(getattr(value, "__name__", None))
+    return f"{type(value).__qualname__} {[n for n in names if isinstance(n, str)]}"
+
+
+_CLASS_BODIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def class_fingerprint(cls: type) -> str:
+    """SHA-256 over a class and its bases: each one's name and methods (every
+    function's code, the functions behind properties and static and class
+    methods) and the special methods it sets otherwise (``__hash__ = None``).
+    Capture decides ``isinstance``, truth and ``==`` from these without a
+    guard of its own; other class attributes it reads with guards, and some
+    classes keep caches there that change as a program runs."""
+    h = hashlib.sha256()
+    for base in cls.__mro__:
+        h.update(_class_body(base).encode())
+    return h.hexdigest()
+
+
+def _class_body(cls: type) -> str:
+    try:
+        return _CLASS_BODIES[cls]
+    except (KeyError, TypeError):
+        pass
+    parts = [f"{cls.__module__}.{cls.__qualname__}"]
+    for name, attr in sorted(vars(cls).items(), key=lambda item: item[0]):
+        text = _member_text(attr)
+        if text is not None or name in _PROTOCOL:
+            parts.append(f"{name}={text or type(attr).__qualname__}")
+    text = "\n".join(parts)
+    with contextlib.suppress(TypeError):  # a class that takes no weak reference
+        _CLASS_BODIES[cls] = text
+    return text
+
+
+# Special names a class may set to something other than a function (``__hash__
+# = None``, a builtin): set, they change what capture decides. Other names a
+# class body holds by value (``__slotnames__`` that pickling caches there,
+# ``__annotations__`` made on first read) are left out.
+_PROTOCOL = frozenset(
+    {
+        "__hash__",
+        "__eq__",
+        "__bool__",
+        "__len__",
+        "__iter__",
+        "__call__",
+        "__getattr__",
+        "__getattribute__",
+        "__setattr__",
+        "__init__",
+        "__new__",
+    }
+)
+
+
+def _member_text(attr: object) -> str | None:
+    """A method's code (None for anything else)."""
+    if isinstance(attr, (staticmethod, classmethod)):
+        attr = attr.__func__
+    if type(attr) is types.FunctionType:
+        return code_fingerprint(attr.__code__)
+    if isinstance(attr, property):
+        parts = (attr.fget, attr.fset, attr.fdel)
+        return ",".join(_member_text(f) or "-" if f else "-" for f in parts)
+    return None
 
 
 # What a name may be followed through to reach the object: a decorator's
@@ -243,11 +325,14 @@ def decode(data: Any, read: Callable[[str], object] | None = None) -> object:
     if tag == "global":
         module, qualname, *more = rest
         path = more[0] if more else []
+        what = more[1] if len(more) > 1 else None
         value = _lookup(module, qualname)
         for step in path:
             if step not in _FOLLOW or not hasattr(value, step):
                 raise LookupError(f"{module}.{qualname} has no {step} now")
             value = getattr(value, step)
+        if what is not None and _what(value) != what:
+            raise LookupError(f"{module}.{qualname} is not what it was")
         return value
     if tag == "partial":
         expression, parts = rest

@@ -4,10 +4,12 @@ entry (saved_entries.py) keeps the same split as text and rebuilds it."""
 
 from __future__ import annotations
 
+import sys
 import types
 from dataclasses import dataclass
 
 import ember_capture
+from ember_capture.checks import MODULES_NAME
 from ember_runtime import GuardCheck, GuardSpec, TensorCheck, compile_guards
 
 
@@ -56,8 +58,11 @@ def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
 
 
 def tensor_reader(reads: str, f_globals: dict, cells: object):
-    """``L -> the tensors`` from SplitGuards.reads, for one function object."""
-    return eval(f"lambda L: ({reads})", {"G": f_globals, "C": cells})
+    """``L -> the tensors`` from SplitGuards.reads, for one function object
+    (a tensor read through an ``import`` inside the function reads
+    ``sys.modules`` by the name checks give it)."""
+    scope = {"G": f_globals, "C": cells, MODULES_NAME: sys.modules}
+    return eval(f"lambda L: ({reads})", scope)
 
 
 def guard_check(fn: types.FunctionType, split: SplitGuards) -> GuardCheck:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import linecache
 import marshal
+import os
 import pickle
 import sys
 import types
@@ -87,6 +88,10 @@ class LazyGraph:
 
     def __call__(self, *args: object) -> object:
         return self.load()(*args)
+
+    def __getattr__(self, name: str) -> object:
+        # read as the GraphModule (``log.graphs[0].code``)
+        return getattr(self.load(), name)
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,8 @@ class SavedEntries:
             environment=environment_text(),
             options="\n".join(f"{k}={options[k]}" for k in sorted(options)),
             dynamic=repr(dynamic),
+            # what capture may have read as constant about the devices
+            devices=f"{torch.version.cuda} {os.environ.get('CUDA_VISIBLE_DEVICES')}",
         )
 
 
