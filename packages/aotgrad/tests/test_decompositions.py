@@ -230,6 +230,44 @@ def test_norms_of_a_permuted_input_are_row_major_as_in_eager():
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("params", [torch.float32, torch.bfloat16])
+def test_half_precision_norms_compute_in_float32_as_eager(params):
+    """Eager's CPU norms and softmax compute a bfloat16 input in float32 and
+    round once; with float32 weights (mixed precision) the output keeps the
+    input's dtype and the statistics and weight gradients the weights'. The
+    decompositions computed in bfloat16 and returned float32 outputs."""
+
+    def fn(x, w, b, mean, var):
+        return (
+            F.layer_norm(x, (8,), w, b),
+            F.group_norm(x, 2, w, b),
+            F.batch_norm(x, mean, var, w, b, training=True),
+            F.batch_norm(x, mean, var, w, b),
+            F.softmax(x, -1),
+        )
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 8, dtype=torch.bfloat16, requires_grad=True)
+    w, b = (torch.randn(8, dtype=params, requires_grad=True) for _ in range(2))
+    stats = [torch.zeros(8, dtype=params), torch.ones(8, dtype=params)]
+    inputs = [x, w, b, *stats]
+    compiled = aot_compile(graph_of(fn, 5), inputs, lambda g, e: g)
+    got = compiled(
+        *[t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    )
+    want = fn(*[t.detach().clone().requires_grad_(t.requires_grad) for t in inputs])
+    # mixed precision: exactly eager's; all in bfloat16, eager's batch norm
+    # rounds in places of its own (within one bfloat16 step)
+    exact = params == torch.float32
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype == torch.bfloat16
+        torch.testing.assert_close(
+            g, e, atol=0 if exact else 1e-2, rtol=0 if exact else 1e-2
+        )
+    # the gradients: in the input's and the weights' dtypes, within rounding
+    check_against_eager(fn, inputs, atol=2e-2, rtol=2e-2)
+
+
 def test_logsumexp_takes_its_log_at_the_reduced_shape():
     """Without keepdim the log and the add follow a plain sum (no size-1 dim
     and no squeeze after them), so codegen runs them in the sum's loops."""

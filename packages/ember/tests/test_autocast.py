@@ -217,3 +217,37 @@ def test_an_op_whose_kernel_autocasts_inside_keeps_eagers_dtype(tmp_path):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         want = fn(x)  # bfloat16: the kernel's own matmuls were autocast
         assert_like(compiled(x), want, torch.bfloat16)
+
+
+class Normed(torch.nn.Module):
+    """Norms whose float32 weights meet a lower-precision input under
+    autocast (mixed precision): eager keeps the input's dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.gn = torch.nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        y = self.bn(self.fc(x)).relu()
+        return self.gn(y.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_norms_with_float32_weights_keep_the_inputs_dtype(dtype, training, tmp_path):
+    torch.manual_seed(0)
+    model = Normed().train(training)
+    twin = Normed().train(training)
+    twin.load_state_dict(model.state_dict())
+    compiled = compile_fn(model, tmp_path)
+    x = torch.randn(6, 8)
+    with torch.autocast("cpu", dtype=dtype):
+        want = twin(x)
+        got = compiled(x)
+    assert got.dtype == want.dtype == dtype  # was float32: the norms upcast it
+    assert_like(got, want, dtype)
+    # the running statistics: float32, from inputs that may differ by a rounding
+    for mine, theirs in zip(model.buffers(), twin.buffers()):
+        assert_like(mine, theirs, dtype)

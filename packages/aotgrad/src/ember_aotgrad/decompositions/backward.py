@@ -10,8 +10,10 @@ import torch
 from .forward import (
     _REDUCTION_MEAN,
     _REDUCTION_NONE,
+    cast,
     channel_shape,
     count,
+    opmath,
     picked_weights,
     row_major,
     scalar,
@@ -145,29 +147,30 @@ def native_dropout_backward(grad, mask, scale):
 
 @register_decomposition(aten._softmax_backward_data.default)
 def softmax_backward(grad, out, dim, input_dtype):
+    grad, out = opmath(grad), opmath(out)
     gi = aten.mul.Tensor(
         out, aten.sub.Tensor(grad, sum_keep(aten.mul.Tensor(grad, out), [dim]))
     )
-    return (
-        gi if gi.dtype == input_dtype else aten._to_copy.default(gi, dtype=input_dtype)
-    )
+    return cast(gi, input_dtype)
 
 
 @register_decomposition(aten._log_softmax_backward_data.default)
 def log_softmax_backward(grad, out, dim, input_dtype):
+    grad, out = opmath(grad), opmath(out)
     gi = aten.sub.Tensor(
         grad, aten.mul.Tensor(aten.exp.default(out), sum_keep(grad, [dim]))
     )
-    return (
-        gi if gi.dtype == input_dtype else aten._to_copy.default(gi, dtype=input_dtype)
-    )
+    return cast(gi, input_dtype)
 
 
 @register_decomposition(aten.native_layer_norm_backward.default)
 def native_layer_norm_backward(
     grad, x, normalized_shape, mean, rstd, weight, bias, mask
 ):
-    x, grad = row_major(x), row_major(grad)  # (as eager's kernel: see forward)
+    dtypes = _grad_dtypes(x, weight, bias)
+    # (as eager's kernel: row-major copies, computed in float32 for halves)
+    x, grad = opmath(row_major(x)), opmath(row_major(grad))
+    mean, rstd, weight = opmath(mean), opmath(rstd), opmath(weight)
     axis = x.dim() - len(normalized_shape)
     inner = list(range(axis, x.dim()))
     outer = list(range(axis))
@@ -185,7 +188,18 @@ def native_layer_norm_backward(
         d_weight = _sum_over(aten.mul.Tensor(grad, x_hat), outer)
     if mask[2]:
         d_bias = _sum_over(grad, outer)
-    return d_input, d_weight, d_bias
+    return _cast_grads((d_input, d_weight, d_bias), dtypes)
+
+
+def _grad_dtypes(x, weight, bias) -> tuple[torch.dtype, ...]:
+    """The dtypes of a normalization's gradients: the input's, the weight's
+    and the bias's (eager computes them in float32 for halves, then rounds)."""
+    w = weight.dtype if weight is not None else x.dtype
+    return x.dtype, w, bias.dtype if bias is not None else w
+
+
+def _cast_grads(grads, dtypes):
+    return tuple(None if g is None else cast(g, d) for g, d in zip(grads, dtypes))
 
 
 def _sum_over(x, dims):
@@ -196,14 +210,16 @@ def _sum_over(x, dims):
 def native_batch_norm_backward(
     grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps, mask
 ):
+    dtypes = _grad_dtypes(x, weight, weight)
+    x, grad, weight = opmath(x), opmath(grad), opmath(weight)
     dims = [0, *range(2, x.dim())]
     shape = channel_shape(x)
     if train:
-        mean, invstd = save_mean, save_invstd
+        mean, invstd = opmath(save_mean), opmath(save_invstd)
     else:
         mean, invstd = (
-            running_mean,
-            aten.rsqrt.default(aten.add.Scalar(running_var, eps)),
+            opmath(running_mean),
+            aten.rsqrt.default(aten.add.Scalar(opmath(running_var), eps)),
         )
     centered = aten.sub.Tensor(x, aten.view.default(mean, shape))
     grad_sum = aten.sum.dim_IntList(grad, dims)
@@ -229,11 +245,14 @@ def native_batch_norm_backward(
         d_weight = aten.mul.Tensor(dot, invstd)
     if mask[2]:
         d_bias = grad_sum
-    return d_input, d_weight, d_bias
+    return _cast_grads((d_input, d_weight, d_bias), dtypes)
 
 
 @register_decomposition(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad, x, mean, rstd, weight, n, c, hxw, group, mask):
+    dtypes = _grad_dtypes(x, weight, weight)
+    x, grad, weight = opmath(x), opmath(grad), opmath(weight)
+    mean, rstd = opmath(mean), opmath(rstd)
     size = (c // group) * hxw
     grouped_x = aten.view.default(x, [n, group, size])
     mean3 = aten.view.default(mean, [n, group, 1])
@@ -257,7 +276,7 @@ def native_group_norm_backward(grad, x, mean, rstd, weight, n, c, hxw, group, ma
         d_weight = aten.sum.dim_IntList(aten.mul.Tensor(flat_grad, x_hat_c), [0, 2])
     if mask[2]:
         d_bias = aten.sum.dim_IntList(flat_grad, [0, 2])
-    return d_input, d_weight, d_bias
+    return _cast_grads((d_input, d_weight, d_bias), dtypes)
 
 
 @register_decomposition(aten.nll_loss_backward.default)

@@ -53,6 +53,29 @@ def suggested_layout(x: torch.Tensor) -> torch.Tensor:
     return row_major(x)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def opmath(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` in float32 when it is a half-precision float: eager's kernels for
+    normalizations and softmax compute in float32 and round their results
+    once, so the decompositions do the same."""
+    if t is None or t.dtype not in _HALF:
+        return t
+    return aten._to_copy.default(t, dtype=torch.float32)
+
+
+def cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t if t.dtype == dtype else aten._to_copy.default(t, dtype=dtype)
+
+
+def stats_dtype(x: torch.Tensor, *params: torch.Tensor | None) -> torch.dtype:
+    """The dtype eager gives a normalization's saved statistics: the first
+    parameter's (float32 parameters with a bfloat16 input: mixed precision),
+    else the input's."""
+    return next((p.dtype for p in params if p is not None), x.dtype)
+
+
 def apply_reduction(loss: torch.Tensor, reduction: int) -> torch.Tensor:
     if reduction == _REDUCTION_MEAN:
         return aten.div.Scalar(aten.sum.default(loss), loss.numel())
@@ -147,21 +170,21 @@ def sgn(x):
 @register_decomposition(aten._softmax.default)
 def softmax(x, dim, half_to_float):
     x = row_major(x)  # (eager's kernel reads a row-major copy: see row_major)
-    if half_to_float:
-        x = aten._to_copy.default(x, dtype=torch.float32)
+    dtype = torch.float32 if half_to_float else x.dtype
+    x = opmath(x)
     shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
     e = aten.exp.default(shifted)
-    return aten.div.Tensor(e, sum_keep(e, [dim]))
+    return cast(aten.div.Tensor(e, sum_keep(e, [dim])), dtype)
 
 
 @register_decomposition(aten._log_softmax.default)
 def log_softmax(x, dim, half_to_float):
     x = row_major(x)
-    if half_to_float:
-        x = aten._to_copy.default(x, dtype=torch.float32)
+    dtype = torch.float32 if half_to_float else x.dtype
+    x = opmath(x)
     shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
     lse = aten.log.default(sum_keep(aten.exp.default(shifted), [dim]))
-    return aten.sub.Tensor(shifted, lse)
+    return cast(aten.sub.Tensor(shifted, lse), dtype)
 
 
 @register_decomposition(aten._safe_softmax.default)
@@ -181,7 +204,8 @@ def safe_softmax(x, dim, dtype=None):
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     # eager normalizes a row-major copy: its output is row-major whatever x's
     # layout (after a permute, a projection then views it without a copy)
-    x = row_major(x)
+    dtype, stats = x.dtype, stats_dtype(x, weight)
+    x = opmath(row_major(x))
     dims = list(range(x.dim() - len(normalized_shape), x.dim()))
     mean = aten.div.Scalar(sum_keep(x, dims), count(x, dims))
     centered = aten.sub.Tensor(x, mean)
@@ -191,10 +215,10 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
     rstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
     out = aten.mul.Tensor(centered, rstd)
     if weight is not None:
-        out = aten.mul.Tensor(out, weight)
+        out = aten.mul.Tensor(out, opmath(weight))
     if bias is not None:
-        out = aten.add.Tensor(out, bias)
-    return out, mean, rstd
+        out = aten.add.Tensor(out, opmath(bias))
+    return cast(out, dtype), cast(mean, stats), cast(rstd, stats)
 
 
 def channel_shape(x: torch.Tensor) -> list[int]:
@@ -213,17 +237,20 @@ def _batch_stats(x):
 
 
 def _normalize(x, mean, invstd, weight, bias):
-    x = suggested_layout(x)
+    """(x - mean) * invstd * weight + bias per channel, in float32 for a
+    half-precision ``x``, in ``x``'s dtype."""
+    dtype = x.dtype
+    x = opmath(suggested_layout(x))
     shape = channel_shape(x)
     out = aten.mul.Tensor(
-        aten.sub.Tensor(x, aten.view.default(mean, shape)),
-        aten.view.default(invstd, shape),
+        aten.sub.Tensor(x, aten.view.default(opmath(mean), shape)),
+        aten.view.default(opmath(invstd), shape),
     )
     if weight is not None:
-        out = aten.mul.Tensor(out, aten.view.default(weight, shape))
+        out = aten.mul.Tensor(out, aten.view.default(opmath(weight), shape))
     if bias is not None:
-        out = aten.add.Tensor(out, aten.view.default(bias, shape))
-    return out
+        out = aten.add.Tensor(out, aten.view.default(opmath(bias), shape))
+    return cast(out, dtype)
 
 
 @register_decomposition(aten._native_batch_norm_legit_functional.default)
@@ -232,40 +259,54 @@ def batch_norm_functional(
 ):
     if not training:
         return NotImplemented
-    mean, var, n = _batch_stats(x)
+    stats = stats_dtype(x, running_mean, weight)
+    mean, var, n = _batch_stats(opmath(x))
     invstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
-    out = _normalize(x, mean, invstd, weight, bias)
+    # eager normalizes with the statistics it saves, rounded to their dtype
+    out = _normalize(x, cast(mean, stats), cast(invstd, stats), weight, bias)
+    running = opmath(running_mean), opmath(running_var)
     new_mean = aten.add.Tensor(
-        aten.mul.Scalar(running_mean, 1 - momentum), aten.mul.Scalar(mean, momentum)
+        aten.mul.Scalar(running[0], 1 - momentum), aten.mul.Scalar(mean, momentum)
     )
     unbiased = aten.mul.Scalar(var, n / max(n - 1, 1))
     new_var = aten.add.Tensor(
-        aten.mul.Scalar(running_var, 1 - momentum), aten.mul.Scalar(unbiased, momentum)
+        aten.mul.Scalar(running[1], 1 - momentum), aten.mul.Scalar(unbiased, momentum)
     )
-    return out, mean, invstd, new_mean, new_var
+    return (
+        out,
+        cast(mean, stats),
+        cast(invstd, stats),
+        cast(new_mean, running_mean.dtype),
+        cast(new_var, running_var.dtype),
+    )
 
 
 @register_decomposition(aten._native_batch_norm_legit.no_stats)
 def batch_norm_no_stats(x, weight, bias, training, momentum, eps):
     if not training:
         return NotImplemented
-    mean, var, _ = _batch_stats(x)
-    invstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    stats = stats_dtype(x, weight)
+    mean, var, _ = _batch_stats(opmath(x))
+    mean = cast(mean, stats)
+    invstd = cast(aten.rsqrt.default(aten.add.Scalar(var, eps)), stats)
     return _normalize(x, mean, invstd, weight, bias), mean, invstd
 
 
 @register_decomposition(aten._native_batch_norm_legit_no_training.default)
 def batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
-    invstd = aten.rsqrt.default(aten.add.Scalar(running_var, eps))
+    invstd = aten.rsqrt.default(aten.add.Scalar(opmath(running_var), eps))
     out = _normalize(x, running_mean, invstd, weight, bias)
     # Like native_batch_norm in eval mode: no batch statistics are saved.
-    save_mean = aten.full.default([0], 0, dtype=x.dtype, device=x.device)
-    save_invstd = aten.full.default([0], 0, dtype=x.dtype, device=x.device)
+    stats = stats_dtype(x, running_mean, weight)
+    save_mean = aten.full.default([0], 0, dtype=stats, device=x.device)
+    save_invstd = aten.full.default([0], 0, dtype=stats, device=x.device)
     return out, save_mean, save_invstd
 
 
 @register_decomposition(aten.native_group_norm.default)
 def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
+    dtype, stats = x.dtype, stats_dtype(x, weight)
+    x = opmath(x)
     grouped = aten.view.default(x, [n, group, (c // group) * hxw])
     size = grouped.shape[-1]
     mean = aten.div.Scalar(sum_keep(grouped, [2]), size)
@@ -275,10 +316,11 @@ def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
     out = aten.view.default(aten.mul.Tensor(centered, rstd), list(x.shape))
     shape = channel_shape(x)
     if weight is not None:
-        out = aten.mul.Tensor(out, aten.view.default(weight, shape))
+        out = aten.mul.Tensor(out, aten.view.default(opmath(weight), shape))
     if bias is not None:
-        out = aten.add.Tensor(out, aten.view.default(bias, shape))
-    return out, aten.view.default(mean, [n, group]), aten.view.default(rstd, [n, group])
+        out = aten.add.Tensor(out, aten.view.default(opmath(bias), shape))
+    mean = cast(aten.view.default(mean, [n, group]), stats)
+    return cast(out, dtype), mean, cast(aten.view.default(rstd, [n, group]), stats)
 
 
 # -- linear algebra and reductions ---------------------------------------------
