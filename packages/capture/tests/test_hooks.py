@@ -55,3 +55,28 @@ def test_forward_hooks_are_inlined_and_guarded():
         torch.testing.assert_close(cache(x), model(x))  # the first entry again
         assert cache.captures == 2
     assert _captured_whole(cache)
+
+
+class Scaled(Block):
+    """A module class with a __call__ of its own: calling it runs that."""
+
+    def __call__(self, x):
+        return super().__call__(x) * 7
+
+
+class Shifted(Block):
+    def __call__(self, x):
+        return self.forward(x) + 1
+
+
+def test_a_module_class_with_its_own_call_runs_it():
+    for model in (Scaled(), Shifted()):
+
+        def run(x, model=model):
+            return model(x)
+
+        cache = CaptureCache(run)
+        x = torch.randn(2, 4)
+        with torch.no_grad():
+            torch.testing.assert_close(cache(x), model(x))  # was forward's alone
+        assert _captured_whole(cache)

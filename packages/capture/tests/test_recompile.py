@@ -173,6 +173,30 @@ def test_aliased_arguments():
     check(cache, f, [((x, x), 1), ((y, y), 1), ((x, y), 2), ((y, x), 2)])
 
 
+SCALES = [2, 3]
+ALIAS = SCALES
+TABLE = {"a": 2}
+TABLE_ALIAS = TABLE
+
+
+def read_through_two_names(x):
+    return x * SCALES[0] + x * ALIAS[1] + TABLE["a"] * TABLE_ALIAS["a"]
+
+
+def test_one_container_under_two_names_recaptures_when_they_part():
+    global ALIAS, TABLE_ALIAS
+    cache = CaptureCache(read_through_two_names)
+    x = torch.ones(3)
+    check(cache, read_through_two_names, [((x,), 1)])
+    try:
+        ALIAS = [5, 7]  # the second name rebound: its items were never read
+        check(cache, read_through_two_names, [((x,), 2)])
+        TABLE_ALIAS = {"a": 10}
+        check(cache, read_through_two_names, [((x,), 3)])
+    finally:
+        ALIAS, TABLE_ALIAS = SCALES, TABLE
+
+
 def test_registering_a_parameter_recompiles_a_loop_over_parameters():
     m = torch.nn.Linear(2, 2)
 

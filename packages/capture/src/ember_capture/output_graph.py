@@ -202,7 +202,12 @@ class OutputGraph:
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             return ModuleValue(value, source)
         if id(value) in self._containers:  # a list or dict seen (and maybe changed)
-            return self._containers[id(value)][1]
+            known = self._containers[id(value)][1]
+            if source is not None and known.source not in (None, source):
+                # one object under a second name: what the first name holds
+                # stands for both only while they stay one object
+                self.guards.add(Guard(GuardKind.SAME_OBJECT, source, known.source))
+            return known
         if type(value) in (tuple, list) or _is_namedtuple(value):
             self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
             self.guards.add(

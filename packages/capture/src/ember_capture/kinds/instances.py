@@ -180,6 +180,9 @@ MODULES_CALLED_AS_THEY_ARE: dict[str, tuple[str, str]] = {
 }
 
 
+_MODULE_CALL = torch.nn.Module.__call__
+
+
 def _called_as_it_is(mod: torch.nn.Module) -> tuple[str, str] | None:
     for cls in type(mod).__mro__:
         found = MODULES_CALLED_AS_THEY_ARE.get(f"{cls.__module__}.{cls.__qualname__}")
@@ -194,6 +197,9 @@ def _call_module(tx: Interpreter, m: ModuleValue, args, kwargs) -> Value:
     as_it_is = _called_as_it_is(mod)
     if as_it_is is not None:
         raise tx.unsupported(*as_it_is)
+    if type(mod).__call__ is not _MODULE_CALL:
+        # the class defines its own __call__: Python runs that, not forward
+        return call(tx, get_attr(tx, m, "__call__"), args, kwargs)
     hooked = not module_has_no_hooks(mod)
     if hooked and (m.source is None or not module_has_only_forward_hooks(mod)):
         raise tx.unsupported(
