@@ -235,7 +235,8 @@ def step(fn, model: torch.nn.Module, x: dict, train: bool) -> list:
 def sweep_one(
     family: str, train: bool = False, dropout: bool = False
 ) -> tuple[bool, str]:
-    """Whether ``family`` matched eager with one graph per size, and its line."""
+    """Whether ``family`` matched eager with at most one graph per size (and
+    no break), and its line."""
     torch.manual_seed(0)
     cfg = config(family, dropout)
     model = transformers.AutoModel.from_config(cfg).train(train)
@@ -270,7 +271,8 @@ def sweep_one(
         f"match={'yes' if all(matches) else 'NO'} graphs={graphs} "
         f"breaks={breaks} cold={cold:.1f}s saved={saved}/{len(compiles)}"
     )
-    return all(matches) and graphs == len(SIZES) and breaks == 0, line
+    # (a warm run may serve both sizes from one saved entry with symbolic sizes)
+    return all(matches) and 1 <= graphs <= len(SIZES) and breaks == 0, line
 
 
 def main() -> None:
@@ -292,7 +294,7 @@ def main() -> None:
             good, line = False, f"error: {type(error).__name__}: {str(error)[:200]}"
         whole += good
         print(f"{family:14} {line}", flush=True)
-    print(f"{whole} of {len(families)} families match eager, one graph per size")
+    print(f"{whole} of {len(families)} families match eager, at most one graph a size")
 
 
 if __name__ == "__main__":

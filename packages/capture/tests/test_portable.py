@@ -205,8 +205,9 @@ def _made(scale):
         lambda k: functools.partial(F.gelu, approximate=k),
         lambda k: _made(k) if k == "tanh" else (lambda x: x),
         lambda k: int | None if k == "tanh" else int | str,
+        lambda k: torch.inference_mode(k == "tanh"),
     ],
-    ids=["partial", "function", "annotation"],
+    ids=["partial", "function", "annotation", "grad mode"],
 )
 def test_objects_made_at_run_time_are_recognized_in_the_call(make):
     saved = encode(make("tanh"), read="L['obj']")

@@ -170,6 +170,11 @@ def encode(value: object, read: str | None = None) -> Any:
         # by each ``|`` or subscript, so the same one is recognized by parts
         parts = [typing.get_origin(value), typing.get_args(value)]
         return ["annotation", read, kind.__qualname__, encode(parts)]
+    if read is not None and kind in _SETTINGS_ONLY:
+        # a grad-mode object (``@torch.no_grad()`` keeps one per decorated
+        # function): what it does is its type and its setting
+        setting = {a: getattr(value, a) for a in _SETTINGS_ONLY[kind]}
+        return ["settings", read, encode(kind), encode(sorted(setting.items()))]
     if read is not None and kind is types.FunctionType:
         code = value.__code__
         defaults = [value.__defaults__, sorted((value.__kwdefaults__ or {}).items())]
@@ -358,6 +363,17 @@ def decode(data: Any, read: Callable[[str], object] | None = None) -> object:
         ):
             raise LookupError(f"{expression} is not the same annotation")
         return found
+    if tag == "settings":
+        expression, kind, setting = rest
+        found = _read(read, expression)
+        names = [name for name, _ in decode(setting, read)]
+        if not (
+            type(found) is decode(kind, read)
+            and sorted((a, getattr(found, a, None)) for a in names)
+            == decode(setting, read)
+        ):
+            raise LookupError(f"{expression} is not the same {type(found).__name__}")
+        return found
     if tag == "function":
         expression, fingerprint, defaults = rest
         found = _read(read, expression)
@@ -372,6 +388,16 @@ def decode(data: Any, read: Callable[[str], object] | None = None) -> object:
     if tag == "helper" and rest[0] in _HELPERS:
         return _HELPERS[rest[0]]
     raise LookupError(f"unknown portable value {tag!r}")
+
+
+# Objects whose behaviour is their type and these attributes (the rest of
+# their state, like a context manager's ``prev``, is set while they run).
+_SETTINGS_ONLY: dict[type, tuple[str, ...]] = {
+    torch.no_grad: (),
+    torch.enable_grad: (),
+    torch.inference_mode: ("mode",),
+    torch.set_grad_enabled: ("mode",),
+}
 
 
 def _read(read: Callable[[str], object] | None, expression: str) -> object:
