@@ -8,7 +8,7 @@ rebuilt from a saved entry runs without importing the rest of capture.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -205,6 +205,22 @@ class CellView:
 
     def __getitem__(self, name: str) -> object:
         return self._cells[name].cell_contents
+
+
+class CompiledCheck:
+    """A generated check ``lambda L, G, C: ...`` bound to one function's
+    globals and closure cells; ``check`` is the hot path of every call."""
+
+    def __init__(self, fn: Callable, f_globals: dict, cells: CellView) -> None:
+        self._fn = fn
+        self._g = f_globals
+        self._c = cells
+
+    def check(self, f_locals: dict) -> bool:
+        try:
+            return self._fn(f_locals, self._g, self._c)
+        except Exception:  # a missing attribute or item means the guard failed
+            return False
 
 
 # The names a generated check (``lambda L, G, C: ...``) calls its helpers by.

@@ -19,6 +19,7 @@ from .checks import (
     CHECK_SCOPE,
     MODULES_NAME,
     CellView,
+    CompiledCheck,
     GlobalState,
     TensorSpec,
 )
@@ -386,7 +387,7 @@ def _term(i: int, guard: Guard, read: Callable[[Source], str]) -> str:
     return _TEMPLATE_FIELD.sub(fill, _CHECKS[guard.kind][0])
 
 
-class GuardChecker:
+class GuardChecker(CompiledCheck):
     """``check(L)`` is one generated boolean expression over the frame's locals
     (``distinct_guards`` of the guards: ``guards`` holds those it checks)."""
 
@@ -396,8 +397,6 @@ class GuardChecker:
         self._captured = guards
         guards = distinct_guards(guards)
         self.guards = guards
-        self._g = f_globals
-        self._c = cells
         scope: dict[str, Any] = dict(CHECK_SCOPE)
         scope.update((f"___e{i}", g.expected) for i, g in enumerate(guards))
         # The terms form one ``and`` chain, so a part several guards read is
@@ -406,7 +405,7 @@ class GuardChecker:
         body = " and ".join(_term(i, g, shared.expr) for i, g in enumerate(guards))
         self.body = body or "True"
         self.source = f"lambda L, G, C: {self.body}"
-        self._fn = eval(self.source, scope)
+        super().__init__(eval(self.source, scope), f_globals, cells)
 
     def portable(self) -> PortableGuards:
         """This check in a form another process rebuilds without capture
@@ -434,12 +433,6 @@ class GuardChecker:
             (str(g), _term(i, g, lambda s: s.expr())) for i, g in enumerate(guards)
         )
         return PortableGuards(body or "True", tuple(expected), terms)
-
-    def check(self, f_locals: dict) -> bool:
-        try:
-            return self._fn(f_locals, self._g, self._c)
-        except Exception:  # a missing attribute or item means the guard failed
-            return False
 
     def failure(self, f_locals: dict) -> str | None:
         """The first failing guard, with what it expected and what it saw."""

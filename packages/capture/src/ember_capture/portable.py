@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .checks import CHECK_SCOPE, CellView, GlobalState, TensorSpec
+from .checks import CHECK_SCOPE, CellView, CompiledCheck, GlobalState, TensorSpec
 from .float_inputs import float_tensor
 
 
@@ -458,24 +458,17 @@ class PortableGuards:
         return PortableCheck(self, scope, f_globals, cells)
 
 
-class PortableCheck:
+class PortableCheck(CompiledCheck):
     """``check(f_locals)``, and ``failure(f_locals)`` naming the first guard
     that fails (by its description: the values it read are not kept)."""
 
     def __init__(
         self, guards: PortableGuards, scope: dict, f_globals: dict, cells: CellView
     ) -> None:
-        self._fn = eval(f"lambda L, G, C: {guards.body}", scope)
+        fn = eval(f"lambda L, G, C: {guards.body}", scope)
+        super().__init__(fn, f_globals, cells)
         self._guards = guards
         self._scope = scope
-        self._g = f_globals
-        self._c = cells
-
-    def check(self, f_locals: dict) -> bool:
-        try:
-            return self._fn(f_locals, self._g, self._c)
-        except Exception:  # a missing attribute or item means the guard failed
-            return False
 
     def failure(self, f_locals: dict) -> str | None:
         # compiled here, not up front: most entries are never asked
