@@ -240,3 +240,23 @@ def test_one_object_read_twice_must_stay_one_object():
         f_locals = {"self": model, "x": x}
         check = portable.compile(fn.__globals__, cells, f_locals)
         assert check.check(f_locals) is holds
+
+
+def test_class_fingerprints_follow_bases_and_protocol_methods_only(monkeypatch):
+    from ember_capture import portable
+
+    class Probe(torch.nn.Module):
+        pass
+
+    before = portable.class_fingerprint(Probe)
+    # torch's compiler frontend, once used, wraps nn.Module.__init__: entries
+    # saved by such a process must still serve one that never used it
+    original = torch.nn.Module.__init__
+    monkeypatch.setattr(
+        torch.nn.Module, "__init__", lambda self, *a, **k: original(self)
+    )
+    portable._CLASS_BODIES.clear()
+    assert portable.class_fingerprint(Probe) == before
+    monkeypatch.setattr(Probe, "__bool__", lambda self: False, raising=False)
+    portable._CLASS_BODIES.clear()
+    assert portable.class_fingerprint(Probe) != before  # truth: capture decides it

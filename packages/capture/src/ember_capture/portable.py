@@ -203,12 +203,13 @@ _CLASS_BODIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def class_fingerprint(cls: type) -> str:
-    """SHA-256 over a class and its bases: each one's name and methods (every
-    function's code, the functions behind properties and static and class
-    methods) and the special methods it sets otherwise (``__hash__ = None``).
-    Capture decides ``isinstance``, truth and ``==`` from these without a
-    guard of its own; other class attributes it reads with guards, and some
-    classes keep caches there that change as a program runs."""
+    """SHA-256 over a class's bases (their names, in method resolution order)
+    and, for each, the protocol methods it defines (a function by its code,
+    anything else by type). Capture decides ``isinstance``, ``issubclass``,
+    truth, ``==``, ``len`` and the like from these without a guard of its
+    own; a method it runs it inlines, with a guard on that method's code.
+    Nothing else of a class's body counts: torch's compiler frontend, once
+    used, replaces ``nn.Module.__init__`` in every process that uses it."""
     h = hashlib.sha256()
     for base in cls.__mro__:
         h.update(_class_body(base).encode())
@@ -221,47 +222,52 @@ def _class_body(cls: type) -> str:
     except (KeyError, TypeError):
         pass
     parts = [f"{cls.__module__}.{cls.__qualname__}"]
-    for name, attr in sorted(vars(cls).items(), key=lambda item: item[0]):
-        text = _member_text(attr)
-        if text is not None or name in _PROTOCOL:
-            parts.append(f"{name}={text or type(attr).__qualname__}")
+    body = vars(cls)
+    for name in sorted(_PROTOCOL & body.keys()):
+        parts.append(f"{name}={_member_text(body[name])}")
     text = "\n".join(parts)
     with contextlib.suppress(TypeError):  # a class that takes no weak reference
         _CLASS_BODIES[cls] = text
     return text
 
 
-# Special names a class may set to something other than a function (``__hash__
-# = None``, a builtin): set, they change what capture decides. Other names a
-# class body holds by value (``__slotnames__`` that pickling caches there,
-# ``__annotations__`` made on first read) are left out.
+# The methods Python calls for an operator or a builtin on an object: capture
+# answers those (truth, ==, len, in, iteration, attribute access, calls) from
+# which class defines them.
 _PROTOCOL = frozenset(
     {
-        "__hash__",
-        "__eq__",
         "__bool__",
         "__len__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__hash__",
         "__iter__",
+        "__contains__",
+        "__getitem__",
         "__call__",
         "__getattr__",
         "__getattribute__",
         "__setattr__",
-        "__init__",
-        "__new__",
+        "__index__",
+        "__int__",
+        "__float__",
+        "__instancecheck__",
+        "__subclasscheck__",
     }
 )
 
 
-def _member_text(attr: object) -> str | None:
-    """A method's code (None for anything else)."""
+def _member_text(attr: object) -> str:
+    """A method by its code, anything else (``__hash__ = None``) by type."""
     if isinstance(attr, (staticmethod, classmethod)):
         attr = attr.__func__
     if type(attr) is types.FunctionType:
         return code_fingerprint(attr.__code__)
-    if isinstance(attr, property):
-        parts = (attr.fget, attr.fset, attr.fdel)
-        return ",".join(_member_text(f) or "-" if f else "-" for f in parts)
-    return None
+    return type(attr).__qualname__
 
 
 # What a name may be followed through to reach the object: a decorator's
