@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .locations import replace_locations
-from .profile import ACTIVE, GraphProfile, instrument
+from .profile_state import ACTIVE
 from .render import KERNEL_BREAKS, KernelInfo, load_kernels
 from .render.cpp.build import KERNEL_BREAK, Signer
 from .source import run_source
@@ -55,6 +55,22 @@ def _without_repeated_preamble(source: str) -> str:
 
 def _exec(source: str, namespace: dict, kind: str) -> Callable:
     return run_source(source, namespace, kind)["call"]
+
+
+class _Fallback:
+    """The plain torch wrapper, compiled from its source on its first call:
+    only inputs unlike the compiled ones run it, and most processes never
+    see one (compiling it took 1-2 ms of each graph's load)."""
+
+    def __init__(self, source: str, namespace: dict) -> None:
+        self._source = source
+        self._namespace = namespace
+        self._call: Callable | None = None
+
+    def __call__(self, *inputs: object) -> object:
+        if self._call is None:
+            self._call = _exec(self._source, self._namespace, "torch wrapper")
+        return self._call(*inputs)
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,9 +112,7 @@ class CompiledGraph:
         namespace = dict(WRAPPER_GLOBALS, **WRAPPER_HELPERS, **self.constants)
         if self.torch_source:
             fallback_ns = dict(WRAPPER_GLOBALS, **self.constants)
-            namespace["fallback"] = _exec(
-                self.torch_source, fallback_ns, "torch wrapper"
-            )
+            namespace["fallback"] = _Fallback(self.torch_source, fallback_ns)
         if self.cpp_source:
             found, path = load_kernels(self.target)(self)
             object.__setattr__(self, "library_path", path)
@@ -154,13 +168,15 @@ class CompiledGraph:
 
     def _profiled(self, *inputs: object) -> tuple:
         """The call, timed statement by statement into the active profile."""
+        from .profile import instrument  # only profiled calls need it
+
         if self._timed is None:
             timed = instrument(self.wrapper_source, self.kernels)
             call = _exec(timed.source, dict(self._namespace), "profiled wrapper")
             object.__setattr__(self, "_timed", (call, timed.rows))
         call, rows = self._timed
         title = self.wrapper_source.split("\n", 1)[0].removeprefix("# ember codegen: ")
-        profile: GraphProfile = ACTIVE[-1].profile_of(
+        profile = ACTIVE[-1].profile_of(
             self, title, [dataclasses.replace(row) for row in rows]
         )
         counted = profile.rows

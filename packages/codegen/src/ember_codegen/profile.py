@@ -13,11 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .profile_state import ACTIVE
 from .render import KernelInfo
-
-# The report the running ``profiling()`` block fills, or None (read by every
-# CompiledGraph call: one global lookup when not profiling).
-ACTIVE: list[ProfileReport] = []
 
 OVERHEAD = "wrapper"  # the row of everything else the wrapper does
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .build import load_library
-from .literals import bind, find_literals, template, values
 
 if TYPE_CHECKING:
     from ...compiled import CompiledGraph
@@ -20,7 +19,9 @@ def load_kernels(compiled: CompiledGraph) -> tuple[dict[str, Callable], Path | N
     With ``lifted`` literals the library is the template that other sizes of
     the graph share, its kernels bound to this source's values (literals.py)."""
     source, extra = compiled.cpp_source, 0
-    if compiled.lifted:
+    if compiled.lifted:  # (only graphs with symbolic sizes lift literals)
+        from .literals import bind, find_literals, template, values
+
         literals = find_literals(source)
         source, extra = template(literals, compiled.lifted), 2
         ints, floats = values(literals, compiled.lifted)
