@@ -213,7 +213,7 @@ def main() -> None:
                     line += f" {ms[variant]:.3f} | {eager / ms[variant]:.2f} |"
             line += "".join(f" {cold[c]:.2f} |" for c in compilers)
             line += f" {cold['tc+ember']:.2f} |" if reference else ""
-            line += "".join(f" {warm_start_seconds(name, c):.2f} |" for c in compilers)
+            line += "".join(f" {warm_start_seconds(name, c):.3f} |" for c in compilers)
             print(line + f" {error:.1e} |", flush=True)
             if report is not None:
                 profiles.append((name, report))
