@@ -357,3 +357,24 @@ def test_a_served_entry_names_the_guard_that_failed(tmp_path, monkeypatch):
     assert served(compiled) == [True, False]
     [reason] = compiled.dispatcher.recompile_reasons
     assert "EMBER_TEST_B" in reason and "no longer holds" in reason
+
+
+def test_saving_or_rebuilding_never_fails_a_compile(tmp_path, monkeypatch, caplog):
+    import ember.convert
+    import ember.saved_entries
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("an object that cannot be read")
+
+    x = torch.randn(4)
+    monkeypatch.setattr(ember.convert, "saved_entry", broken)
+    with caplog.at_level(logging.INFO, logger="ember.perf"):
+        compiled = fresh(rectified, tmp_path)
+        torch.testing.assert_close(compiled(x), rectified(x))
+    assert "not saved: RuntimeError: an object that cannot be read" in caplog.text
+    monkeypatch.undo()
+    fresh(rectified, tmp_path)(x)  # saved now
+    monkeypatch.setattr(ember.saved_entries, "_make_live", broken)
+    compiled = fresh(rectified, tmp_path)
+    torch.testing.assert_close(compiled(x), rectified(x))
+    assert served(compiled) == [False]

@@ -251,6 +251,9 @@ def _save(
         saved.save(result.fn, saved_entry(result, split, graphs), dynamic)
     except NotSaved as e:
         perf.info("%s: its entry is not saved: %s", function_name(result.fn), e)
+    except Exception as e:  # saving is an optimization: it never fails a compile
+        why = f"{type(e).__name__}: {e}"
+        perf.info("%s: its entry is not saved: %s", function_name(result.fn), why)
 
 
 # The order stages are listed in (a compile runs them in this order).

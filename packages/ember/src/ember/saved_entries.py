@@ -15,6 +15,7 @@ import base64
 import contextlib
 import json
 import linecache
+import logging
 import marshal
 import os
 import pickle
@@ -51,6 +52,8 @@ from .guard_checks import SplitGuards, tensor_reader
 
 if TYPE_CHECKING:
     from ember_capture import CaptureResult
+
+log = logging.getLogger("ember.perf")
 
 _FORMAT = 1
 # Entries kept per function (and environment): the newest first.
@@ -275,8 +278,14 @@ class SavedEntries:
             f_locals = binder(fn)(args, kwargs)  # as the dispatcher binds
         except TypeError:
             return None
-        for saved in unused:
-            rebuilt = _make_live(saved, fn, f_locals, self.backend)
+        for saved in list(unused):
+            try:
+                rebuilt = _make_live(saved, fn, f_locals, self.backend)
+            except Exception as e:  # (LookupError is a plain miss, inside)
+                # an entry that does not rebuild is dropped: capture runs
+                log.info("a saved entry of %s does not rebuild: %s", fn, e)
+                unused.remove(saved)
+                continue
             if rebuilt is not None:
                 unused.remove(saved)
                 return rebuilt
