@@ -222,6 +222,10 @@ class CompiledCheck:
         except Exception:  # a missing attribute or item means the guard failed
             return False
 
+    def failure(self, f_locals: dict) -> str | None:
+        """The first guard that fails for ``f_locals``, in words, or None."""
+        raise NotImplementedError
+
 
 # The names a generated check (``lambda L, G, C: ...``) calls its helpers by.
 CHECK_SCOPE: dict[str, Any] = {

@@ -63,11 +63,17 @@ def build_code(
     )
     origin = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
     filename = f"<ember transformed {fn.__qualname__} from {origin}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    register_source(filename, source)
     factory = compile(source, filename, "exec").co_consts[0]
     code = next(c for c in factory.co_consts if isinstance(c, types.CodeType))
     code = code.replace(co_name=fn.__name__, co_qualname=fn.__qualname__)
     return source, code
+
+
+def register_source(filename: str, source: str) -> None:
+    """Lets tracebacks and ``inspect`` show ``source`` for code compiled
+    under ``filename`` (a transformed function's, or one a saved entry holds)."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
 def bind(

@@ -9,7 +9,7 @@ import types
 from dataclasses import dataclass
 
 import ember_capture
-from ember_capture.checks import MODULES_NAME
+from ember_capture.checks import MODULES_NAME, CompiledCheck
 from ember_runtime import GuardCheck, GuardSpec, TensorCheck, compile_guards
 
 
@@ -21,7 +21,7 @@ class SplitGuards:
 
     tensors: tuple[TensorCheck, ...]
     reads: str
-    rest: ember_capture.GuardChecker | None
+    rest: CompiledCheck | None  # a GuardChecker, or a saved entry's PortableCheck
 
 
 def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:

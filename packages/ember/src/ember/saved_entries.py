@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import linecache
 import logging
 import marshal
 import os
@@ -35,20 +34,18 @@ from ember_capture.portable import (
     decode,
     encode,
 )
-from ember_capture.transform import bind
+from ember_capture.transform import bind, register_source
 from ember_runtime import (
     ArtifactStore,
     CacheTrust,
     Entry,
     GuardedEntry,
-    GuardSpec,
     TensorCheck,
     binder,
-    compile_guards,
 )
 
 from .cache import environment_text, function_key, read_stored
-from .guard_checks import SplitGuards, tensor_reader
+from .guard_checks import SplitGuards, guard_check
 
 if TYPE_CHECKING:
     from ember_capture import CaptureResult
@@ -369,13 +366,7 @@ def _make_live(
         values = {name: _decode_cell(v, fn) for name, v in saved.cells.items()}
     except LookupError:
         return None
-    spec = GuardSpec(
-        tensors,
-        tensor_reader(saved.reads, fn.__globals__, cells),
-        other.check if other else None,
-        other.failure if other else None,
-    )
-    guards = compile_guards(spec)
+    guards = guard_check(fn, SplitGuards(tensors, saved.reads, other))
     if not guards.check(f_locals):
         return None
     graphs = []
@@ -387,12 +378,6 @@ def _make_live(
         values[graph.name] = compiled
         graphs.append(eager)
     code = marshal.loads(saved.code)
-    lines = saved.source.splitlines(True)
-    linecache.cache[code.co_filename] = (
-        len(saved.source),
-        None,
-        lines,
-        code.co_filename,
-    )
+    register_source(code.co_filename, saved.source)
     run = bind(fn, code, values)
     return Rebuilt(GuardedEntry(guards.check, guards.failure, run), saved, graphs)
