@@ -1,6 +1,7 @@
 """The C++ target's fusion, memory planning, fallbacks, errors and kernel cache:
 structure is asserted on ``compiled.kernels`` and the generated source."""
 
+import ctypes
 import math
 import multiprocessing
 import re
@@ -512,6 +513,41 @@ def test_inputs_unlike_the_examples_run_through_torch(cpp):
     compiled = cpp(fn, torch.randn(4, 5))
     for other in (torch.randn(5, 4).t(), torch.randn(3, 3), torch.randn(4, 5).double()):
         check(compiled, fn, other)
+
+
+_CENTER = """
+extern "C" void {name}(const double* __restrict__ total, double* __restrict__ x) {{
+  for (int64_t i0 = 0; i0 < 2; ++i0) {{
+    for (int64_t i1 = 0; i1 < 1024; ++i1) {{
+      for (int64_t i2 = 0; i2 < 2; ++i2) {{
+        for (int64_t i3 = 0; i3 < 2; ++i3) {{
+          const double t0 = x[4096*i0 + 4*i1 + 2*i2 + i3];
+          const double t1 = (total[i1] / 8.0);
+          x[4096*i0 + 4*i1 + 2*i2 + i3] = (t0 - t1);
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def test_two_kernels_with_the_same_loops_both_run(kernel_cache):
+    """BatchNorm's centering ``x - sum / 8`` in place, twice in one library (a
+    graph compiled for many sizes keeps each kernel's own text): GCC 12.2
+    folded the second into the first and, with -fno-tree-fre -fno-tree-dce,
+    emitted it as a bare return unless -fno-ipa-icf (build.py)."""
+    source = "#include <cstdint>\n" + "".join(
+        _CENTER.format(name=name) for name in ("kernel0", "kernel1")
+    )
+    lib, _ = load_library(source, kernel_cache)
+    total = torch.randn(1024, dtype=torch.float64)
+    for name in ("kernel0", "kernel1"):
+        x = torch.randn(2, 1024, 2, 2, dtype=torch.float64)
+        want = x - (total / 8).view(1, -1, 1, 1)
+        pointers = (ctypes.c_void_p(t.data_ptr()) for t in (total, x))
+        getattr(lib, name)(*pointers)
+        torch.testing.assert_close(x, want, rtol=0, atol=0)
 
 
 def test_compiler_error_names_the_source_file(kernel_cache):

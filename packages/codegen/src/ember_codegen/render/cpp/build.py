@@ -59,6 +59,11 @@ log = logging.getLogger("ember.kernel_cache")
 # -fno-tree-dominator-opts fixed it too, but the first stopped 20 of 90 loops
 # vectorizing in the benchmarks' kernels and the second broke the slice test;
 # with -fno-tree-dce all 90 still vectorize.
+# -fno-ipa-icf: with the two flags above, GCC 12.2 folded the second of two
+# kernels with the same loops into the first and emitted it as a bare return,
+# so it wrote nothing (test_two_kernels_with_the_same_loops_both_run; wrong
+# ResNet gradients). Identical kernels are already forwarded by name
+# (kernels.py), so the folding saved nothing.
 CXX_FLAGS = (
     "-O3",
     "-march=native",
@@ -71,6 +76,7 @@ CXX_FLAGS = (
     "-fno-trapping-math",
     "-fno-tree-fre",
     "-fno-tree-dce",
+    "-fno-ipa-icf",
     "-ffp-contract=off",
 )
 
