@@ -129,13 +129,13 @@ def _softmax_mean_graph():
     return _graph_of(_softmax_mean_body)
 
 
-def _per_size(tmp_path, gm, x):
+def _per_size(tmp_path, gm, *inputs):
     from ember_codegen.compile import per_size_compiler
     from ember_codegen.render.cpp.literals import Templates
 
     settings = {"target": "cpp", "check_inputs": True}
     compile_one = per_size_compiler(settings, tmp_path, None, Templates())
-    return PerSizeGraph(gm, [x], compile_one, settings)
+    return PerSizeGraph(gm, list(inputs), compile_one, settings)
 
 
 def test_sizes_whose_kernels_differ_in_literals_share_one_library(tmp_path):
@@ -266,8 +266,7 @@ def test_exact_and_rounded_float_constants_share_a_template(tmp_path):
     assert len(paths) == 1
 
 
-def test_a_loaded_graph_without_user_lines_shares_the_stored_library(tmp_path):
-    # pickling drops the nodes' user lines: the new size's comments differ
+def test_a_loaded_graph_keeps_its_user_lines_and_shares_the_stored_library(tmp_path):
     first = _per_size(tmp_path, _graph_of(_softmax_mean_body), torch.randn(8, 20))
     first(torch.randn(8, 36))
     assert "model.py:12" in first.compiled[(36,)].cpp_source
@@ -276,6 +275,56 @@ def test_a_loaded_graph_without_user_lines_shares_the_stored_library(tmp_path):
     torch.testing.assert_close(
         loaded(x)[0], torch.softmax(x, -1) * x.mean(-1, keepdim=True)
     )
-    assert "model.py:12" not in loaded.compiled[(52,)].cpp_source
+    assert "model.py:12" in loaded.compiled[(52,)].cpp_source
     shared = first.compiled[(36,)].library_path
     assert loaded.compiled[(52,)].library_path == shared
+
+
+def _masked_mean_body(g, xs, n):
+    """ReLU's backward as aotgrad writes it, ``where(x <= 0, 0.0, g)``, its zero a
+    ``scalar_tensor`` call with constant arguments, then a row mean."""
+    x = g.call_function(aten.view.default, (xs[0], [8, n]))
+    dead = g.call_function(aten.le.Scalar, (x, 0))
+    zero = g.call_function(aten.scalar_tensor.default, (0.0,), {"dtype": torch.float32})
+    kept = g.call_function(aten.where.self, (dead, zero, x))
+    return g.call_function(aten.mean.dim, (kept, [1], True))
+
+
+def test_a_loaded_graph_keeps_its_constant_calls_and_the_stored_library(tmp_path):
+    """Pickling a GraphModule traced its code again on load, which ran the
+    ``scalar_tensor`` and stored its result as a tensor the kernels read: the
+    new size's source had another skeleton and built its own library."""
+    first = _per_size(tmp_path, _graph_of(_masked_mean_body), torch.randn(8, 20))
+    first(torch.randn(8, 36))
+    loaded = load_per_size_graph(first.to_bytes(), cache_dir=tmp_path)
+    code = loaded.gm.code
+    assert "scalar_tensor" in code and "_tensor_constant" not in code
+    x = torch.randn(8, 52)
+    want = torch.where(x <= 0, 0.0, x).mean(1, keepdim=True)
+    torch.testing.assert_close(loaded(x)[0], want)
+    shared = first.compiled[(36,)].library_path
+    assert loaded.compiled[(52,)].library_path == shared
+
+
+def test_a_loaded_graph_still_updates_its_inputs_in_place(tmp_path):
+    """The graph's ``input_updates`` (an optimizer's or BatchNorm's running
+    statistics) survive storing: a new size writes them in place."""
+    g = torch.fx.Graph()
+    x, state = g.placeholder("x"), g.placeholder("state")
+    n = g.call_function(aten.sym_size.int, (x, 0))
+    total = g.call_function(aten.sum.dim_IntList, (x, [0]))
+    mean = g.call_function(aten.div.Scalar, (total, n))
+    new_state = g.call_function(aten.add.Tensor, (state, mean))
+    g.output((new_state, g.call_function(aten.mul.Tensor, (x, 2))))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    gm.meta["input_updates"] = ((0, 1),)
+    first = _per_size(tmp_path, gm, torch.randn(6, 4), torch.zeros(4))
+    first(torch.randn(9, 4), torch.zeros(4))
+    loaded = load_per_size_graph(first.to_bytes(), cache_dir=tmp_path)
+    x, state = torch.randn(11, 4), torch.randn(4)
+    want = state + x.mean(0)
+    updated, doubled = loaded(x, state)
+    torch.testing.assert_close(updated, want)
+    torch.testing.assert_close(doubled, x * 2)
+    assert updated.data_ptr() == state.data_ptr()
+    assert "updated in place" in loaded.compiled[(11,)].wrapper_source

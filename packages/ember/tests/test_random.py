@@ -53,3 +53,23 @@ def test_seeded_calls_reproduce_eager_from_the_first_call(fn, capsys):
         actual, actual_next = _seeded(compiled, x, seed)
         torch.testing.assert_close(actual, expected)
         torch.testing.assert_close(actual_next, expected_next)
+
+
+def fixed_shape_draws(x):
+    return x + torch.rand(4, 8) + torch.randn(8)
+
+
+@pytest.mark.parametrize("backend", ["ember", "aot_eager"])
+def test_a_graph_loaded_from_the_cache_draws_anew(tmp_path, backend):
+    """A draw whose arguments are all constants: the stored graph once froze
+    it into one tensor (docs/runtime.md, "How a graph is stored")."""
+    options = {"cache_dir": tmp_path}
+    ember.compile(fixed_shape_draws, backend=backend, options=options)(torch.randn(8))
+    loaded = ember.compile(fixed_shape_draws, backend=backend, options=options)
+    for seed in (0, 1):
+        x = torch.randn(8)
+        expected, expected_next = _seeded(fixed_shape_draws, x, seed)
+        actual, actual_next = _seeded(loaded, x, seed)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(actual_next, expected_next)
+    assert loaded.log.cache_results == ["hit"]

@@ -37,6 +37,8 @@ _EXPORTS = {
     "profiling": "profile",
     "schedule": "scheduling.fusion",
     "PerSizeGraph": "specialize",
+    "graph_from_bytes": "graph_bytes",
+    "graph_to_bytes": "graph_bytes",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,7 +13,6 @@ import gc
 import io
 import logging
 import operator
-import pickle
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -21,10 +20,11 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from .errors import CodegenError
+from .graph_bytes import graph_from_bytes, graph_to_bytes
 
 log = logging.getLogger("ember.codegen")
 sym_size = torch.ops.aten.sym_size.int
-_FORMAT = 1
+_FORMAT = 2
 
 # Integer arithmetic on sizes, folded once the sizes are known.
 SIZE_OPS = frozenset(
@@ -178,7 +178,7 @@ class PerSizeGraph:
         torch.save(
             {
                 "format": _FORMAT,
-                "graph": pickle.dumps(self.gm),
+                "graph": graph_to_bytes(self.gm),
                 "sizes": [list(r) for r in self.sizes],
                 "ints": list(self.ints),
                 "settings": self.settings,
@@ -201,7 +201,7 @@ class PerSizeGraph:
         state = torch.load(io.BytesIO(data), weights_only=True)
         if state.get("format") != _FORMAT:
             raise ValueError(f"unsupported PerSizeGraph format {state.get('format')}")
-        new = cls(pickle.loads(state["graph"]), (), compile_for(state["settings"]))
+        new = cls(graph_from_bytes(state["graph"]), (), compile_for(state["settings"]))
         new.settings = state["settings"]
         new.sizes = [tuple(r) for r in state["sizes"]]
         new.ints = list(state["ints"])

@@ -9,7 +9,6 @@ and "ember" look each graph up in the on-disk graph cache (cache.py) first.
 
 from __future__ import annotations
 
-import pickle
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -319,7 +318,7 @@ class _CachedAotBackend:
         def load(data: bytes) -> Callable:
             kind, payload = data.split(b"\n", 1)
             if kind == b"fx":
-                return pickle.loads(payload)
+                return ember_codegen.graph_from_bytes(payload)
             if kind == b"per-size":
                 per_size = ember_codegen.load_per_size_graph(
                     payload, self.trust.folder("kernels"), self.trust, moved
@@ -361,14 +360,14 @@ class _CachedAotBackend:
 
 
 def _save_compiled(compiled: Callable) -> bytes:
-    """Bytes for one compiled aten graph: codegen's own format, or a pickled
-    GraphModule (what "aot_eager" and codegen's fallback return)."""
+    """Bytes for one compiled aten graph: codegen's own format, or a GraphModule
+    node for node (what "aot_eager" and codegen's fallback return)."""
     if isinstance(compiled, ember_codegen.CompiledGraph):
         return b"codegen\n" + compiled.to_bytes()
     if isinstance(compiled, ember_codegen.PerSizeGraph):  # symbolic sizes
         return b"per-size\n" + compiled.to_bytes()
     if isinstance(compiled, torch.fx.GraphModule):
-        return b"fx\n" + pickle.dumps(compiled)
+        return b"fx\n" + ember_codegen.graph_to_bytes(compiled)
     raise TypeError(f"cannot store a compiled graph of type {type(compiled)}")
 
 

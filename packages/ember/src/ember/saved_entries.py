@@ -17,7 +17,6 @@ import json
 import logging
 import marshal
 import os
-import pickle
 import sys
 import types
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+import ember_codegen
 from ember_capture.checks import CellView
 from ember_capture.portable import (
     NotPortable,
@@ -74,8 +74,8 @@ class GraphSaver(Protocol):
 
 
 class LazyGraph:
-    """A pickled captured graph, unpickled on first use: the fallback of a
-    compiled graph, which most processes never run."""
+    """A stored captured graph (``ember_codegen.graph_to_bytes``), rebuilt on
+    first use: the fallback of a compiled graph, which most processes never run."""
 
     def __init__(self, data: bytes) -> None:
         self._data = data
@@ -83,7 +83,7 @@ class LazyGraph:
 
     def load(self) -> torch.fx.GraphModule:
         if self._gm is None:
-            self._gm = pickle.loads(self._data)
+            self._gm = ember_codegen.graph_from_bytes(self._data)
         return self._gm
 
     def __call__(self, *args: object) -> object:
@@ -99,7 +99,7 @@ class SavedGraph:
     name: str  # the cell the transformed code reads it from
     key: str  # its key in the graph cache
     locations: tuple[str, ...]  # the captured graph's user locations
-    eager: bytes  # the pickled captured graph
+    eager: bytes  # the captured graph, as graph_to_bytes stores it
 
 
 @dataclass(frozen=True)
@@ -232,9 +232,9 @@ def saved_graph(
     if key is None:
         raise NotSaved("a graph of it is not in the graph cache")
     try:
-        eager = pickle.dumps(gm)
+        eager = ember_codegen.graph_to_bytes(gm)
     except Exception as e:  # what a graph holds decides; any failure: not saved
-        raise NotSaved(f"a graph of it does not pickle: {e}") from e
+        raise NotSaved(f"a graph of it cannot be stored: {e}") from e
     return SavedGraph(name, key, tuple(locations), eager)
 
 
