@@ -7,6 +7,7 @@ import operator
 import pytest
 import torch
 import torch.fx
+import torch.nn.functional as F
 
 from ember_codegen import graph_from_bytes, graph_to_bytes
 
@@ -29,7 +30,9 @@ def _graph() -> torch.fx.GraphModule:
         aten.where.self, (g.call_function(aten.gt.Scalar, (head, 0.5)), zero, head)
     )
     scale = g.get_attr("scale")
-    g.output((kept, g.call_function(torch.mul, (x, scale)), noise))
+    # F.max_pool1d is made inside boolean_dispatch: pickle cannot name it
+    pooled = g.call_function(F.max_pool1d, (x, 2))
+    g.output((kept, g.call_function(torch.mul, (x, scale)), noise, pooled))
     root = torch.nn.Module()
     root.scale = torch.nn.Parameter(torch.arange(8.0))
     gm = torch.fx.GraphModule(root, g, class_name="ForwardGraph")

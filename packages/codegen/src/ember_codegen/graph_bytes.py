@@ -11,8 +11,10 @@ stored as it is, with its meta but for traced values.
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
+import types
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,21 @@ def _higher_order(name: str) -> object:
     return getattr(torch.ops.higher_order, name)
 
 
+def _named(module: str, name: str) -> object:
+    return getattr(importlib.import_module(module), name)
+
+
+def _by_module_name(obj: types.FunctionType) -> tuple | None:
+    """A function its module names otherwise than its ``__qualname__`` says
+    (``F.max_pool2d``, made inside ``boolean_dispatch``): by that name."""
+    if "<locals>" not in obj.__qualname__:
+        return None
+    module = importlib.import_module(obj.__module__)
+    if getattr(module, obj.__name__, None) is not obj:
+        return None
+    return _named, (obj.__module__, obj.__name__)
+
+
 class _Pickler(pickle.Pickler):
     """Operators by name (their objects do not pickle); the rest as pickle does."""
 
@@ -55,6 +72,8 @@ class _Pickler(pickle.Pickler):
             return _packet, (namespace, obj.__name__)
         if isinstance(obj, torch._ops.HigherOrderOperator):
             return _higher_order, (obj.name(),)
+        if isinstance(obj, types.FunctionType):
+            return _by_module_name(obj) or NotImplemented
         return NotImplemented
 
 
