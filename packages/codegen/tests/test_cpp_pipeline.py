@@ -745,6 +745,22 @@ def test_a_keepdim_reduction_viewed_again_is_one_kernel_and_no_copy(cpp):
     assert first.data_ptr() != second.data_ptr()
 
 
+def test_feature_maps_flattened_for_a_linear_are_a_view_not_a_copy(cpp):
+    """A CNN head, ``x.flatten(1) @ w`` on (N, C, 2, 2) maps: the flat index
+    ``(i // 4) * 4 + ((i // 2) % 2) * 2 + i % 2`` is ``i``, so the matmul takes a
+    view of the maps' buffer (it was a copy kernel)."""
+
+    def head(x, shift, w):
+        maps = aten.sub.Tensor(x, aten.view.default(shift, [1, 6, 1, 1]))
+        return (aten.mm.default(aten.view.default(maps, [3, 24]), w),)
+
+    x, shift, w = torch.randn(3, 6, 2, 2), torch.randn(6), torch.randn(24, 5)
+    compiled = cpp(head, x, shift, w)
+    check(compiled, head, x, shift, w)
+    assert [k.kind for k in compiled.kernels] == ["loop", "extern"]
+    assert ".view((3, 24))" in compiled.wrapper_source
+
+
 def test_an_epilogue_is_written_into_the_memory_it_reads_last(loops):
     """A bias add after a library call, and a softmax after its scores' matmul,
     write into the buffer they read for the last time: no allocation. A buffer

@@ -131,7 +131,7 @@ def _normalize(terms, const_: int) -> Index:
     for term in list(merged):
         if isinstance(term, Mod) and term in merged:
             k = merged[term]
-            div = Div(term.num, term.den)
+            div = _as_term(_div(term.num, term.den))
             if merged.get(div) == k * term.den:
                 del merged[term], merged[div]
                 rest = term.num * k
@@ -142,6 +142,14 @@ def _normalize(terms, const_: int) -> Index:
         ((t, c) for t, c in merged.items() if c != 0), key=lambda tc: render_term(tc[0])
     )
     return Index(tuple(ordered), const_)
+
+
+def _as_term(e: Index) -> Term | None:
+    """The one term ``e`` is (``x // 4`` for ``(x // 2) // 2``, as ``_div``
+    writes it), or None."""
+    if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1:
+        return e.terms[0][0]
+    return None
 
 
 def _split_by_factor(e: Index, den: int) -> tuple[int, Index, Index] | None:
