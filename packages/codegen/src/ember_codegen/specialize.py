@@ -99,7 +99,7 @@ def _trace_values(
     graph: torch.fx.Graph, root: torch.nn.Module, inputs: Sequence[object]
 ) -> None:
     """``meta["val"]`` of each node: its value on meta tensors, as traced.
-    (A graph loaded from the cache has no traced values, its constants none.)"""
+    (A graph loaded from the cache has no traced values: graph_bytes.py.)"""
     values = iter(inputs)
     for node in graph.nodes:
         if node.op in ("placeholder", "get_attr"):
@@ -197,7 +197,8 @@ class PerSizeGraph:
     ) -> PerSizeGraph:
         """Rebuild from ``to_bytes()``: ``compile_for(settings)`` gives the
         compile_one for new sizes, ``load_one`` rebuilds each stored compile.
-        The graph is unpickled: only load what the cache trusts (docs/security.md)."""
+        The graph unpickles (graph_bytes.py): only load what the cache trusts
+        (docs/security.md)."""
         state = torch.load(io.BytesIO(data), weights_only=True)
         if state.get("format") != _FORMAT:
             raise ValueError(f"unsupported PerSizeGraph format {state.get('format')}")

@@ -45,7 +45,7 @@ Note = tuple[str, str]
 class CompileLog:
     """What happened while compiling, for explain() and the tests."""
 
-    # The captured graphs; one a saved entry holds is unpickled when first
+    # The captured graphs; one a saved entry holds is rebuilt when first
     # asked for (``graph_modules``).
     graphs: list[torch.fx.GraphModule | Callable] = field(default_factory=list)
     # Per graph, the function it was captured from (convert.frame_key).

@@ -57,8 +57,8 @@ class Literals:
     def skeleton(self) -> tuple[str, tuple[str, ...]]:
         """The source without comments and with every number blanked, and the
         numbers the compiler needs as written: sources with the same skeleton
-        differ only in literals a template can lift. (A graph loaded from
-        the cache has lost the user's lines its comments name.)"""
+        differ only in literals a template can lift. (Comments name the
+        user's lines, which change when the code moves.)"""
         code = _FLOAT_CAST.sub("#", _NUMBER.sub("#", _COMMENT.sub("", self.source)))
         return code, tuple(self.text(i) for i in sorted(self.fixed))
 
