@@ -90,3 +90,16 @@ def test_a_target_that_does_not_pickle_raises():
     g.output((g.call_function(lambda t: t + 1, (x,)),))
     with pytest.raises(Exception, match="lambda"):
         graph_to_bytes(torch.fx.GraphModule(torch.nn.Module(), g))
+
+
+def test_a_graph_with_its_own_calling_convention_raises():
+    """Pytree in/out specs live in the graph's code generator, not its nodes:
+    storing such a graph would change how it is called."""
+
+    class Flat(torch.fx.graph.CodeGen):
+        pass
+
+    gm = _graph()
+    gm.graph.set_codegen(Flat())
+    with pytest.raises(ValueError, match="Flat"):
+        graph_to_bytes(gm)

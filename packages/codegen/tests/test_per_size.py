@@ -278,6 +278,14 @@ def test_a_loaded_graph_keeps_its_user_lines_and_shares_the_stored_library(tmp_p
     assert "model.py:12" in loaded.compiled[(52,)].cpp_source
     shared = first.compiled[(36,)].library_path
     assert loaded.compiled[(52,)].library_path == shared
+    # code that moved since: new sizes name where it is now, as stored ones do
+    moved = {"/home/me/model.py:12": "/home/me/model.py:40"}
+    loaded = load_per_size_graph(first.to_bytes(), tmp_path, locations=moved)
+    loaded(torch.randn(8, 44))
+    for n in (36, 44):
+        source = loaded.compiled[(n,)].cpp_source
+        assert "model.py:40" in source and "model.py:12" not in source
+    assert loaded.compiled[(44,)].library_path == shared
 
 
 def _masked_mean_body(g, xs, n):

@@ -18,7 +18,7 @@ import torch.fx
 
 from .compiled import CompiledGraph
 from .errors import CodegenError
-from .locations import graph_locations
+from .locations import graph_locations, relocate_graph
 from .lowering.core import c_name
 from .lowering.rules import lower_graph
 from .render import LOOP_TARGETS, Scheduled, Unsupported, renderer
@@ -244,7 +244,9 @@ def load_per_size_graph(
 ) -> PerSizeGraph:
     """A PerSizeGraph from ``to_bytes()``: its stored compiles load as
     ``CompiledGraph.from_bytes`` does, and new sizes compile as it did (sharing
-    the libraries of the stored ones where their C++ allows)."""
+    the libraries of the stored ones where their C++ allows). ``locations`` maps
+    stored user locations to where the code is now, for the stored compiles and
+    the sizes compiled from here on."""
     templates = Templates()
 
     def load_one(blob: bytes) -> CompiledGraph:
@@ -253,11 +255,13 @@ def load_per_size_graph(
             templates.remember(compiled.cpp_source, compiled.lifted)
         return compiled
 
-    return PerSizeGraph.from_bytes(
+    per_size = PerSizeGraph.from_bytes(
         data,
         lambda settings: per_size_compiler(settings, cache_dir, signer, templates),
         load_one,
     )
+    relocate_graph(per_size.gm, locations or {})
+    return per_size
 
 
 # The graph meta entry listing (output index, input index) pairs: the output

@@ -30,3 +30,13 @@ def replace_locations(text: str, new: Mapping[str, str]) -> str:
     names = sorted(new, key=len, reverse=True)
     pattern = "|".join(map(re.escape, names))
     return re.sub(f"(?:{pattern})(?![0-9])", lambda m: new[m.group(0)], text)
+
+
+def relocate_graph(gm: torch.fx.GraphModule, new: Mapping[str, str]) -> None:
+    """Rewrite each node's ``user_loc`` by ``new`` (see ``replace_locations``):
+    a stored graph whose code has moved then compiles sources that name where
+    the code is now."""
+    for node in gm.graph.nodes:
+        loc = node.meta.get("user_loc")
+        if loc:
+            node.meta["user_loc"] = replace_locations(loc, new)
