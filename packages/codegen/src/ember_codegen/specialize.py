@@ -326,7 +326,9 @@ def _symbolic_reads(
                 (i, d) for d, s in enumerate(val.shape) if isinstance(s, torch.SymInt)
             ]
     for node in gm.graph.find_nodes(op="call_function", target=sym_size):
+        if node.args[0] not in placeholders:
+            continue  # a size of a tensor the graph made follows from the inputs'
         read = (placeholders.index(node.args[0]), node.args[1])
-        if node.args[0] in placeholders and read not in sizes:
+        if read not in sizes:
             sizes.append(read)
     return sizes, ints
