@@ -263,6 +263,29 @@ def test_an_entry_with_symbolic_sizes_serves_other_sizes(tmp_path):
     assert any("size=[s0, s1]" in g for g in compiled.log.compiles[0].guards)
 
 
+def test_the_entry_compiled_for_these_sizes_serves_before_the_symbolic_one(
+    tmp_path,
+):
+    """Sizes 4 then 5 leave two entries: 4's exact one and the symbolic one made
+    for 5, which also holds for 4. A new process's call at 4 is served by the
+    first, whose graph was compiled for 4; 5 by the symbolic one."""
+
+    def norm(x):
+        return x / x.pow(2).sum(-1, keepdim=True).sqrt()
+
+    first = fresh(norm, tmp_path)
+    for rows in (4, 5):
+        first(torch.randn(rows, 8))
+    compiled = fresh(norm, tmp_path)
+    for rows in (4, 5):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(compiled(x), norm(x))
+    assert served(compiled) == [True, True]
+    exact, symbolic = (record.guards for record in compiled.log.compiles)
+    assert any("size=[4, 8]" in g for g in exact)
+    assert any("size=[s0, 8]" in g for g in symbolic)
+
+
 def rectified(x):
     return F.relu(x - 0.5) * 2
 

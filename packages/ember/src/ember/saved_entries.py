@@ -275,7 +275,11 @@ class SavedEntries:
             f_locals = binder(fn)(args, kwargs)  # as the dispatcher binds
         except TypeError:
             return None
-        for saved in list(unused):
+        # Several may hold: the entry of the first size and the one with
+        # symbolic sizes made after it. The one whose tensors' sizes are all
+        # checked exactly serves: its graph was compiled for these sizes, where
+        # the symbolic one would compile this size again (a C++ build).
+        for saved in sorted(unused, key=_exact_tensors, reverse=True):
             try:
                 rebuilt = _make_live(saved, fn, f_locals, self.backend)
             except Exception as e:  # (LookupError is a plain miss, inside)
@@ -337,6 +341,12 @@ class SavedEntries:
             # what capture may have read as constant about the devices
             devices=f"{torch.version.cuda} {os.environ.get('CUDA_VISIBLE_DEVICES')}",
         )
+
+
+def _exact_tensors(saved: SavedEntry) -> int:
+    """How many tensors ``saved`` checks exactly (a tensor with a symbolic
+    size is checked among its other guards)."""
+    return len(saved.tensors)
 
 
 def _make_live(
