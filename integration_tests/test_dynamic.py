@@ -448,3 +448,128 @@ def test_many_sizes_share_one_kernel_library(tmp_path):
             torch.testing.assert_close(compiled(x), model(x))
     assert _compiles_of_module(compiled) == 2
     assert len(list((tmp_path / "kernels").glob("*.so"))) == 2
+
+
+class _Window:
+    """A sliding-window cache's bookkeeping, as transformers' layers keep it:
+    a plain object whose token count grows by one int attribute per call."""
+
+    def __init__(self, window: int) -> None:
+        self.window, self.seen, self.start = window, 0, 0
+        self.keys = torch.zeros(1, 0, 4)
+
+
+def _attend(cache: _Window, k: torch.Tensor) -> torch.Tensor:
+    full = cache.seen >= cache.window  # a relation of the count, guarded
+    cache.seen += k.shape[1]
+    cache.start = max(cache.seen - cache.window, 0)  # a size, written back
+    keys = torch.cat([cache.keys, k], 1)
+    cache.keys = keys[:, 1:] if full else keys
+    return cache.keys.softmax(1).sum(1)
+
+
+def test_a_counter_on_a_plain_object_becomes_a_symbol(monkeypatch):
+    """An int attribute of a plain object (not a module) that changes between
+    calls becomes a symbol, as an int argument does: a decode loop over a
+    cache compiles a few entries while its window fills, then none per token
+    (the graph does not use the count, so no size of it compiles either);
+    ``max`` of sizes stays symbolic; the counts written back are eager's."""
+    compiles = _count_size_compiles(monkeypatch)
+    compiled = ember.compile(_attend)
+    got_cache, want_cache = _Window(6), _Window(6)
+
+    def step():
+        k = torch.randn(1, 1, 4)
+        torch.testing.assert_close(compiled(got_cache, k), _attend(want_cache, k))
+        assert (got_cache.seen, got_cache.start) == (want_cache.seen, want_cache.start)
+
+    for _ in range(7):  # past the window: the kept keys stop growing
+        step()
+    assert "L['cache'].seen is dynamic: it was 0, now 1" in (
+        compiled.log.dynamic_reasons
+    )
+    # seen 0 and 1 (sizes 0 and 1 specialize), 2-4 symbolic, 5 (``max``
+    # flips), 6 on (full: the other branch)
+    assert _compiles(compiled) == 5
+    entries, sized = _compiles(compiled), compiles[0]
+    for _ in range(5):
+        step()
+    assert (_compiles(compiled), compiles[0]) == (entries, sized)
+    # a module's int attribute is configuration: it stays a constant
+    lin = torch.nn.Linear(4, 4)
+    compiled = ember.compile(lambda m, x: m(x) * m.in_features)
+    for _ in range(2):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(compiled(lin, x), lin(x) * 4)
+    assert _compiles(compiled) == 1
+
+
+def _count_size_compiles(monkeypatch) -> list[int]:
+    """[how many graphs a PerSizeGraph compiled for a new set of sizes]."""
+    from ember_codegen import specialize
+
+    count = [0]
+    original = specialize.PerSizeGraph._compile
+
+    def counted(self, inputs):
+        count[0] += 1
+        return original(self, inputs)
+
+    monkeypatch.setattr(specialize.PerSizeGraph, "_compile", counted)
+    return count
+
+
+def _sliding_mistral():
+    config = transformers.MistralConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=256,
+        sliding_window=6,
+    )
+    return transformers.MistralForCausalLM(config)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_generate_through_a_compiled_forward(family, cache, monkeypatch):
+    """``model.forward = ember.compile(model.forward)`` under ``generate``, as
+    the transformers docs show: the tokens are eager's; a dynamic cache grows
+    by one symbolic size per step, a static one (and Mistral's sliding window,
+    filled past its 6 tokens) by the int counts on its layers, so each run
+    compiles a bounded number of entries, and a second run compiles nothing."""
+    torch.manual_seed(0)
+    model = (_llama() if family == "llama" else _sliding_mistral()).eval()
+    ids = torch.randint(3, 256, (2, 7))
+    kwargs = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    if cache:
+        kwargs["cache_implementation"] = cache
+    with torch.no_grad():
+        want = model.generate(ids, **kwargs)
+        compiles = _count_size_compiles(monkeypatch)
+        model.forward = compiled = ember.compile(model.forward)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no recompile limit, no eager run
+            assert torch.equal(model.generate(ids, **kwargs), want)
+            entries, sized = _compiles(compiled), compiles[0]
+            assert entries <= 4
+            assert torch.equal(model.generate(ids, **kwargs), want)
+    assert (_compiles(compiled), compiles[0]) == (entries, sized)
+    assert compiled.breaks == []
+
+
+def test_a_size_compiled_first_is_served_by_its_own_entry(monkeypatch):
+    """Sizes 4, 5, 4: the entry compiled for 4 serves 4 again, though the
+    symbolic entry made for 5 (and hit last) admits it too, and would
+    compile size 4 once more."""
+    compiles = _count_size_compiles(monkeypatch)
+    model = Block()
+    compiled = ember.compile(model)
+    with torch.no_grad():
+        for t in (4, 5, 4, 6, 4):
+            x = torch.randn(2, t, 32)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert _compiles_of_module(compiled) == 2
+    assert compiles[0] == 2  # sizes 5 and 6, each once

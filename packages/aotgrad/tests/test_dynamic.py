@@ -170,12 +170,22 @@ def test_an_in_place_op_on_a_split_view_keeps_the_views_strides():
         lambda x: (torch.nn.functional.glu(x, -1) + 1,),
         lambda x: (torch.nn.functional.adaptive_max_pool1d(x[None], 3)[0] + 1,),
         lambda x: ((x * 2).masked_fill_(x > 0, -1.0) + 1,),
+        lambda x: ((x * 2).index_copy_(1, torch.tensor([3, 0]), x[:, 1:3] + 1),),
+        lambda x: (x.index_copy(0, torch.tensor(1), x[:1] * 3) * 2,),
     ],
-    ids=["roll", "glu", "adaptive_max_pool", "masked_fill_"],
+    ids=[
+        "roll",
+        "glu",
+        "adaptive_max_pool",
+        "masked_fill_",
+        "index_copy_",
+        "index_copy",
+    ],
 )
 def test_rules_of_ops_a_user_found_specializing(fn):
-    """roll, glu, adaptive max pooling and an in-place masked_fill (xglm's
-    attention mask; forward and backward) keep their sizes symbolic."""
+    """roll, glu, adaptive max pooling, an in-place masked_fill (xglm's
+    attention mask) and index_copy (a static KV cache's write) keep their
+    sizes symbolic, forward and backward."""
     x0 = torch.randn(3, 8, requires_grad=True)
     compiled = aot_compile(graph_of(fn, 1), [x0], Counting(), dynamic_dims={0: [0, 1]})
     assert compiled.specialized is None

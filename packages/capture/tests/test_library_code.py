@@ -453,3 +453,19 @@ def test_parameter_containers_and_materialised_lazy_modules():
     with torch.no_grad():
         torch.testing.assert_close(cache(x), model(x))
     assert not cache.breaks and not cache.refused
+
+
+def test_a_python_type_as_a_dtype_is_torchs_dtype():
+    """``dtype=int`` (transformers' static sliding cache) and ``.to(float)``:
+    the graph holds the dtype torch's argument parser reads, so it prints."""
+
+    def fn(x):
+        index = torch.tensor([-1], dtype=int, device=x.device)
+        return x[:, index].to(float) + torch.ones(2, 1, dtype=bool)
+
+    cache = CaptureCache(fn)
+    x = torch.randn(2, 5)
+    got, want = cache(x), fn(x)
+    assert got.dtype is torch.float64
+    torch.testing.assert_close(got, want)
+    assert cache.captures == 1 and not cache.breaks and not cache.refused

@@ -336,3 +336,36 @@ def test_a_loaded_graph_still_updates_its_inputs_in_place(tmp_path):
     torch.testing.assert_close(doubled, x * 2)
     assert updated.data_ptr() == state.data_ptr()
     assert "updated in place" in loaded.compiled[(11,)].wrapper_source
+
+
+def test_an_integer_input_the_graph_does_not_use_costs_no_compile(tmp_path):
+    """An integer input only passed through (a KV cache's token count, which
+    the caller's guards read and write back) is not part of what a compile
+    depends on; inputs updated in place are counted without the integers."""
+    g = torch.fx.Graph()
+    g.placeholder("count")
+    x, state = g.placeholder("x"), g.placeholder("state")
+    new_state = g.call_function(aten.add.Tensor, (state, x))
+    g.output((new_state, g.call_function(aten.mul.Tensor, (x, 2))))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    gm.meta["input_updates"] = ((0, 2),)
+    compiles = []
+
+    def compile_one(gm, inputs):
+        compiles.append(len(inputs))
+        return compile_graph(gm, inputs, cache_dir=tmp_path)
+
+    x = torch.randn(4)
+    gm.graph.find_nodes(op="placeholder")[1].meta["val"] = x
+    compiled = PerSizeGraph(gm, [7, x, torch.zeros(4)], compile_one)
+    assert compiled.ints == [0] and compiled.keyed_ints == []
+    for n in (7, 8, 9):
+        x, state = torch.randn(4), torch.randn(4)
+        want = state + x
+        updated, doubled = compiled(n, x, state)
+        torch.testing.assert_close(updated, want)
+        torch.testing.assert_close(doubled, x * 2)
+        assert updated.data_ptr() == state.data_ptr()
+    assert compiles == [2]
+    loaded = load_per_size_graph(compiled.to_bytes(), cache_dir=tmp_path)
+    assert loaded.keyed_ints == [] and list(loaded.compiled) == [()]

@@ -106,6 +106,44 @@ def test_most_recently_hit_entry_is_tried_first():
     assert d.entries[0] is not first and len(d.entries) == 2
 
 
+def test_entries_for_fixed_sizes_are_tried_before_symbolic_ones():
+    """An entry compiled for sizes 4 and a symbolic one that also admits 4: the
+    fixed one serves 4 even after the symbolic one was made or hit last (a
+    symbolic entry would compile size 4 again); MRU order holds within each
+    group, and a miss is explained by the symbolic entry's guard."""
+    made = []
+
+    def convert(args, kwargs):
+        n = args[0].shape[0]
+        symbolic = len(made) > 0  # the second compile makes the size a symbol
+        made.append(n)
+
+        def check(f_locals):
+            size = f_locals["x"].shape[0]
+            return (symbolic and size < 8) or size == n
+
+        def failure(f_locals):
+            what = "sizes: no longer (L['x'].size(0) < 8)" if symbolic else "size"
+            return None if check(f_locals) else what
+
+        run = lambda x, factor=2: (n, symbolic)  # noqa: E731
+        return GuardedEntry(check, failure, run, symbolic)
+
+    d = Dispatcher(scale, convert)
+    assert d(torch.ones(4)) == (4, False)
+    assert d(torch.ones(5)) == (5, True)
+    assert d(torch.ones(4)) == (4, False)  # not the latest, symbolic entry
+    assert d(torch.ones(6)) == (5, True)
+    assert d(torch.ones(4)) == (4, False)
+    assert [e.symbolic for e in d.entries] == [False, True]
+    assert d(torch.ones(9)) == (9, True)  # a new symbolic entry, before the first
+    assert d.recompile_reasons == ["size", "sizes: no longer (L['x'].size(0) < 8)"]
+    assert [e.symbolic for e in d.entries] == [False, True, True]
+    assert d.entries[1].run(torch.ones(9)) == (9, True)
+    assert d(torch.ones(4)) == (4, False)
+    assert made == [4, 5, 9]
+
+
 def test_recompile_limit_runs_eagerly_and_warns_once_with_the_guard():
     d = Dispatcher(scale, type_guarded_convert([]), recompile_limit=2)
     d(1)

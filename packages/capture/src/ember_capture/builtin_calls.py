@@ -38,6 +38,7 @@ from .variables import (
     ObjectKey,
     ObjectValue,
     SuperValue,
+    SymIntValue,
     TensorValue,
     TupleValue,
     UserObjectValue,
@@ -312,6 +313,16 @@ def _min_max(fn: Callable) -> Callable[..., Value]:
                 f"{fn.__name__}() over tensors (it compares their data)",
                 "use torch.minimum / torch.maximum",
             )
+        if items and any(isinstance(i, SymIntValue) for i in items):
+            # sizes: the winner by guarded relations, so ``max(n - w, 0)`` with
+            # a symbolic n stays one graph for every n on the same side of w
+            wins = operator.gt if fn is builtins.max else operator.lt
+            best = items[0]
+            for item in items[1:]:
+                beats = behaviour.call(tx, ConstValue(wins), [item, best], {})
+                if behaviour.truth(tx, beats):
+                    best = item
+            return best
         return behaviour.fold(tx, fn, [TupleValue(tuple(items))], kwargs)
 
     return handler

@@ -90,8 +90,9 @@ _UNSPECIALIZED_FLOAT_SOURCES = (LocalSource, ItemSource, EntrySource)
 
 def _argument_source(source: Source) -> bool:
     """Whether ``source`` reads an argument of the frame: a local, or an item
-    or entry of one. An int read from an attribute (a module's
-    ``normalized_shape``) is configuration, so it stays a constant."""
+    or entry of one. An int read from a module's attribute (its
+    ``normalized_shape``) is configuration, so it stays a constant; one read
+    from a plain object's is offered only when the reader says so."""
     while type(source) in (ItemSource, EntrySource):
         source = source.base
     return type(source) is LocalSource
@@ -158,6 +159,7 @@ class OutputGraph:
         self.example_inputs: list[Any] = []
         self._inputs_by_source: dict[Source, TensorValue] = {}
         self._inputs_by_id: dict[int, TensorValue] = {}  # inputs stay alive: ids hold
+        self._ints_by_source: dict[Source, SymIntValue] = {}
         self._real_inputs: dict[torch.fx.Node, torch.Tensor] = {}
         self._placeholder_names: set[str] = set()
         self._float_tensors: dict[tuple[int, torch.dtype], tuple[Value, Value]] = {}
@@ -178,16 +180,23 @@ class OutputGraph:
 
     # -- values from the frame -------------------------------------------------
 
-    def wrap(self, value: object, source: Source) -> Value:
-        """An interpreter value for ``value`` read from ``source``, with its guard."""
+    def wrap(
+        self, value: object, source: Source, *, object_attr: bool = False
+    ) -> Value:
+        """An interpreter value for ``value`` read from ``source``, with its guard.
+
+        ``object_attr``: ``value`` is an attribute of a plain object (not an
+        nn.Module), such as a KV cache's token count, so an int there may become
+        a symbol as an argument's can (the DynamicDims callback decides).
+        """
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, source)
         if (
             type(value) is int
-            and _argument_source(source)
+            and (object_attr or _argument_source(source))
             and self.shapes is not None
+            and self.dynamic_dims(source, value)  # (it sees 0 and 1 go by too)
             and value > 1
-            and self.dynamic_dims(source, value)
         ):
             return self._int_input(value, source)
         if type(value) is float and type(source) in _UNSPECIALIZED_FLOAT_SOURCES:
@@ -377,7 +386,11 @@ class OutputGraph:
         return symbolic, tuple(names.items())
 
     def _int_input(self, value: int, source: Source) -> SymIntValue:
-        """An integer argument whose value is a symbol: a graph input."""
+        """An integer argument whose value is a symbol: a graph input (one per
+        source: a read after a write gets the written value instead)."""
+        known = self._ints_by_source.get(source)
+        if known is not None:
+            return known
         if self.env is None:
             self.env = self.shapes.ShapeEnv()
         name = f"s{len(self.size_sources)}"
@@ -389,7 +402,8 @@ class OutputGraph:
         node.meta["source"] = source.name()
         self.input_sources.append(source)
         self.example_inputs.append(value)
-        return SymIntValue(node, size, source)
+        self._ints_by_source[source] = SymIntValue(node, size, source)
+        return self._ints_by_source[source]
 
     def size_guards(self) -> list[Guard]:
         """The relations between sizes that capture assumed, as guards; an
@@ -782,7 +796,9 @@ def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
     if isinstance(v, SliceValue):
         return slice(*(_plain(p, tensor_leaf) for p in (v.start, v.stop, v.step)))
     if isinstance(v, (ConstValue, ObjectValue)):
-        return v.value
+        v = v.value
+    if isinstance(v, type) and v in _PYTHON_DTYPES:
+        return _PYTHON_DTYPES[v]  # as torch reads it (a graph cannot print a type)
     if isinstance(v, (TupleValue, ListValue, tuple, list)):
         items = v.items if isinstance(v, (TupleValue, ListValue)) else v
         plain = [_plain(i, tensor_leaf) for i in items]
@@ -792,6 +808,15 @@ def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
     if isinstance(v, Value):
         raise TypeError(f"passing a {type(v).__name__} to a tensor op")
     return v  # a plain Python constant the interpreter passed itself
+
+
+# ``dtype=int`` and ``.to(float)``: the dtype torch's argument parser reads.
+_PYTHON_DTYPES = {
+    int: torch.int64,
+    float: torch.float64,
+    bool: torch.bool,
+    complex: torch.complex128,
+}
 
 
 def _node_of(v: TensorValue | SymIntValue) -> torch.fx.Node:

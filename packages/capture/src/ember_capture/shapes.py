@@ -18,7 +18,8 @@ from .source import Source
 
 # Which dims of the tensor read from ``source`` are symbols (none: all fixed).
 # Called with an int argument too (a local, or an entry of a list or dict
-# argument): any dims at all make the int itself a symbol.
+# argument) and with an int attribute of a plain object (not an nn.Module):
+# any dims at all make the int itself a symbol.
 DynamicDims = Callable[[Source, torch.Tensor | int], Sequence[int]]
 
 

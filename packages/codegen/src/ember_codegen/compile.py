@@ -28,7 +28,7 @@ from .render.torch import emit_wrapper
 from .render.triton.renderer import interpreted
 from .scheduling.fusion import Kernel, schedule
 from .scheduling.memory import plan_memory, write_in_place, write_into
-from .specialize import PerSizeGraph, has_symbolic_sizes
+from .specialize import INPUT_UPDATES, PerSizeGraph, has_symbolic_sizes
 
 log = logging.getLogger("ember.codegen")
 
@@ -262,12 +262,6 @@ def load_per_size_graph(
     )
     relocate_graph(per_size.gm, locations or {})
     return per_size
-
-
-# The graph meta entry listing (output index, input index) pairs: the output
-# is the input's new value, which the caller copies into it (ember_aotgrad's
-# forward graphs carry it; docs/codegen.md, "Inputs updated in place").
-INPUT_UPDATES = "input_updates"
 
 
 def _updates(gm: torch.fx.GraphModule, lowered) -> dict[str, str]:

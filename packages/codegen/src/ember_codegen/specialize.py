@@ -57,6 +57,12 @@ def has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+# The graph meta entry listing (output index, input index) pairs: the output
+# is the input's new value, which the caller copies into it (ember_aotgrad's
+# forward graphs carry it; docs/codegen.md, "Inputs updated in place").
+INPUT_UPDATES = "input_updates"
+
+
 def specialize(
     gm: torch.fx.GraphModule, inputs: Sequence[object]
 ) -> torch.fx.GraphModule:
@@ -87,6 +93,11 @@ def specialize(
     _trace_values(graph, gm, tensor_inputs(inputs))
     out = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
     out.meta.update(gm.meta)
+    if INPUT_UPDATES in gm.meta:  # count the inputs without the integers
+        kept = [i for i, v in enumerate(inputs) if not isinstance(v, int)]
+        out.meta[INPUT_UPDATES] = [
+            (o, kept.index(i)) for o, i in gm.meta[INPUT_UPDATES]
+        ]
     return out
 
 
@@ -165,6 +176,7 @@ class PerSizeGraph:
         # integer inputs. The rest of a layout is fixed by the caller's guards
         # (ember's), or follows from those sizes (tensors a compiled graph made).
         self.sizes, self.ints = _symbolic_reads(gm, example_inputs)
+        self.keyed_ints = _used(gm, self.ints)
         self.latest = self._compile(list(example_inputs)) if example_inputs else None
 
     def to_bytes(self) -> bytes:
@@ -206,6 +218,7 @@ class PerSizeGraph:
         new.settings = state["settings"]
         new.sizes = [tuple(r) for r in state["sizes"]]
         new.ints = list(state["ints"])
+        new.keyed_ints = _used(new.gm, new.ints)
         for key, blob in state["compiled"]:
             new.compiled[tuple(key)] = new.latest = load_one(blob)
         return new
@@ -220,7 +233,7 @@ class PerSizeGraph:
 
     def _key(self, inputs: Sequence[object]) -> tuple:
         key = [inputs[i].shape[d] for i, d in self.sizes]
-        key += [inputs[i] for i in self.ints]
+        key += [inputs[i] for i in self.keyed_ints]
         return tuple(key)
 
     def _compile(self, inputs: list) -> Callable:
@@ -306,6 +319,14 @@ def _symbols_of(
                     return None
                 places.setdefault(name, []).append((i, d))
     return places or None
+
+
+def _used(gm: torch.fx.GraphModule, ints: list[int]) -> list[int]:
+    """The integer inputs among ``ints`` that the graph uses. One only passed
+    in (a KV cache's count, read by the caller's guards and written back)
+    changes nothing compiled, so its value must not cost a compile."""
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    return [i for i in ints if placeholders[i].users]
 
 
 def _symbolic_reads(

@@ -224,7 +224,7 @@ def make_convert(
         if saving:
             with stage(counters, "saved_entry"):
                 _save(saved, result, split, policy.mode)
-        return GuardedEntry(guards.check, guards.failure, run)
+        return GuardedEntry(guards.check, guards.failure, run, split.symbolic)
 
     def _log_guards(name: str, what: str) -> None:
         if guard_log.isEnabledFor(logging.INFO):

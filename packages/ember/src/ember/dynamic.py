@@ -97,7 +97,7 @@ class DynamicPolicy:
         int argument, ``[0]`` when the int is a symbol."""
         name = source.name()
         if not isinstance(t, torch.Tensor):
-            return self._int_dims(name, t)
+            return self._int_dims(name, t, _is_attribute(source))
         marked = set(getattr(t, _DYNAMIC_ATTR, {}))
         dims = set(marked)
         if name not in self._shapes:
@@ -130,24 +130,24 @@ class DynamicPolicy:
         dims = {d for d in dims if 0 <= d < t.dim()} - self._fixed.get(name, set())
         return sorted(dims - set(getattr(t, _STATIC_ATTR, ())))
 
-    def _int_dims(self, name: str, value: int) -> list[int]:
+    def _int_dims(self, name: str, value: int, attribute: bool) -> list[int]:
         """An integer argument: a symbol under ``dynamic=True``, or after its
-        value changed once (automatic)."""
-        if _INT in self._fixed.get(name, ()):
+        value changed once (automatic). An int attribute of an object (a KV
+        cache's token count) only ever becomes one automatically: under
+        ``dynamic=True`` too, the ints of a config object stay constants."""
+        if self.mode is False or _INT in self._fixed.get(name, ()):
             return []
-        if self.mode is True:
+        if self.mode is True and not attribute:
             return [0]
         before = self._shapes.get(name)
         self._shapes[name] = value
-        if self.mode is None:
-            automatic = self._automatic_dims().setdefault(name, set())
-            if not automatic and before is not None and before != value:
-                self._note(f"{name} is dynamic: it was {before}, now {value}")
-                automatic.add(_INT)
-                if self._remembered is not None:
-                    self._remembered.save(self._automatic)
-            return [0] if automatic else []
-        return []
+        automatic = self._automatic_dims().setdefault(name, set())
+        if not automatic and before is not None and before != value:
+            self._note(f"{name} is dynamic: it was {before}, now {value}")
+            automatic.add(_INT)
+            if self._remembered is not None:
+                self._remembered.save(self._automatic)
+        return [0] if automatic else []
 
     def recall(self) -> None:
         """Reads the dims an earlier run found dynamic, noting why, as the
@@ -182,6 +182,12 @@ class DynamicPolicy:
         self._fixed.setdefault(name, set()).add(_INT if dim is None else dim)
         what = name if dim is None else f"{name}.size({dim})"
         self._note(f"{what} stays fixed: {reason}")
+
+
+def _is_attribute(source: ember_capture.Source) -> bool:
+    """Whether ``source`` reads an attribute (capture offers an int attribute
+    only of a plain object), not an argument or an item of one."""
+    return isinstance(source, ember_capture.AttrSource)
 
 
 def _reads_state(source: ember_capture.Source) -> bool:

@@ -17,11 +17,14 @@ from ember_runtime import GuardCheck, GuardSpec, TensorCheck, compile_guards
 class SplitGuards:
     """``tensors`` are checked by the runtime on the values ``reads`` (the
     body of a tuple display over ``L``, ``G``, ``C``) gives; ``rest`` checks
-    every other guard (None: there is none)."""
+    every other guard (None: there is none). ``symbolic``: some guard admits
+    sizes other than the call's (a symbolic size, or a relation between sizes),
+    so the dispatcher tries this entry after the ones with fixed sizes."""
 
     tensors: tuple[TensorCheck, ...]
     reads: str
     rest: CompiledCheck | None  # a GuardChecker, or a saved entry's PortableCheck
+    symbolic: bool = False
 
 
 def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
@@ -54,7 +57,11 @@ def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
     # A tuple display evaluates left to right: shared parts are read once.
     shared = ember_capture.SharedReads(g.source for g in tensor_guards)
     reads = "".join(f"{shared.expr(g.source)}, " for g in tensor_guards)
-    return SplitGuards(checks, reads, checker)
+    symbolic = any(
+        g.kind is kinds.SIZES or (g.kind is kinds.TENSOR_MATCH and g.expected.dynamic)
+        for g in result.guards
+    )
+    return SplitGuards(checks, reads, checker, symbolic)
 
 
 def tensor_reader(reads: str, f_globals: dict, cells: object):

@@ -114,6 +114,7 @@ class SavedEntry:
     source: str  # its Python, for tracebacks
     cells: dict[str, Any]  # the code's constants, encoded
     graphs: tuple[SavedGraph, ...]
+    symbolic: bool = False  # SplitGuards.symbolic
 
     def to_json(self) -> dict:
         return {
@@ -133,6 +134,7 @@ class SavedEntry:
                 }
                 for g in self.graphs
             ],
+            "symbolic": self.symbolic,
         }
 
     @classmethod
@@ -155,6 +157,7 @@ class SavedEntry:
                 )
                 for g in data["graphs"]
             ),
+            bool(data.get("symbolic", False)),
         )
 
 
@@ -205,6 +208,7 @@ def saved_entry(
         result.transformed_source,
         values,
         graphs,
+        split.symbolic,
     )
 
 
@@ -279,7 +283,7 @@ class SavedEntries:
         # symbolic sizes made after it. The one whose tensors' sizes are all
         # checked exactly serves: its graph was compiled for these sizes, where
         # the symbolic one would compile this size again (a C++ build).
-        for saved in sorted(unused, key=_exact_tensors, reverse=True):
+        for saved in sorted(unused, key=_specificity, reverse=True):
             try:
                 rebuilt = _make_live(saved, fn, f_locals, self.backend)
             except Exception as e:  # (LookupError is a plain miss, inside)
@@ -343,10 +347,11 @@ class SavedEntries:
         )
 
 
-def _exact_tensors(saved: SavedEntry) -> int:
-    """How many tensors ``saved`` checks exactly (a tensor with a symbolic
-    size is checked among its other guards)."""
-    return len(saved.tensors)
+def _specificity(saved: SavedEntry) -> tuple[bool, int]:
+    """Fixed sizes before symbolic ones (as the dispatcher orders entries), then
+    how many tensors ``saved`` checks exactly (a tensor with a symbolic size is
+    checked among its other guards)."""
+    return not saved.symbolic, len(saved.tensors)
 
 
 def _make_live(
@@ -376,7 +381,7 @@ def _make_live(
         values = {name: _decode_cell(v, fn) for name, v in saved.cells.items()}
     except LookupError:
         return None
-    guards = guard_check(fn, SplitGuards(tensors, saved.reads, other))
+    guards = guard_check(fn, SplitGuards(tensors, saved.reads, other, saved.symbolic))
     if not guards.check(f_locals):
         return None
     graphs = []
@@ -390,4 +395,5 @@ def _make_live(
     code = marshal.loads(saved.code)
     register_source(code.co_filename, saved.source)
     run = bind(fn, code, values)
-    return Rebuilt(GuardedEntry(guards.check, guards.failure, run), saved, graphs)
+    entry = GuardedEntry(guards.check, guards.failure, run, saved.symbolic)
+    return Rebuilt(entry, saved, graphs)

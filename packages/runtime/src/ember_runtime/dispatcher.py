@@ -1,8 +1,10 @@
 """The dispatcher every compiled call goes through.
 
 Per function: an ordered list of guarded entries. A call binds its arguments to the
-function's locals, runs the first entry whose guards hold (the most recently hit is
-tried first), or converts the call into a new entry. A convert that gives up (returns
+function's locals, runs the first entry whose guards hold, or converts the call into
+a new entry. Entries compiled for fixed sizes are tried before symbolic ones (a
+symbolic entry would compile those sizes again), and within each group the most
+recently hit first. A convert that gives up (returns
 None, or a Fallback saying what to run instead) and a miss past the recompile limit
 run the function without an entry; the limit also warns once, naming the guard
 that kept failing. The stance (stance.py) can run every call eagerly, or turn a
@@ -40,6 +42,15 @@ class Entry(Protocol):
     def run(self, *args: object, **kwargs: object) -> object:
         """Run the function on the call's own arguments."""
 
+    @property
+    def symbolic(self) -> bool:
+        """Whether its guards admit sizes other than those it was compiled for
+        (an entry without the attribute counts as fixed)."""
+
+
+def _symbolic(entry: Entry) -> bool:
+    return getattr(entry, "symbolic", False)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Fallback:
@@ -58,6 +69,18 @@ class GuardedEntry:
     check: Callable[[dict], bool]
     failure: Callable[[dict], str | None]
     run: Callable[..., object]
+    symbolic: bool = False
+
+
+def _first_of_its_group(entry: Entry, others: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """``others`` with ``entry`` put first among the entries as symbolic as it
+    (fixed-size entries all come before symbolic ones)."""
+    at = len(others)
+    if _symbolic(entry):
+        at = next((i for i, e in enumerate(others) if _symbolic(e)), at)
+    else:
+        at = 0
+    return (*others[:at], entry, *others[at:])
 
 
 @dataclass(eq=False)
@@ -102,11 +125,12 @@ class Dispatcher:
         counters = self.counters
         counters.calls += 1
         f_locals = self._bind(args, kwargs)
-        for i, entry in enumerate(self._entries):
+        entries = self._entries
+        for i, entry in enumerate(entries):
             if entry.check(f_locals):
                 counters.hits += 1
-                if i:
-                    self._promote(entry)
+                if i and not (_symbolic(entry) and not _symbolic(entries[i - 1])):
+                    self._promote(entry)  # (not already first of its group)
                 return entry.run(*args, **kwargs)
         return self._miss(args, kwargs, f_locals)
 
@@ -140,7 +164,7 @@ class Dispatcher:
         with self._lock:
             if entry in self._entries:
                 rest = tuple(e for e in self._entries if e is not entry)
-                self._entries = (entry, *rest)
+                self._entries = _first_of_its_group(entry, rest)
 
     def _miss(self, args: tuple, kwargs: dict, f_locals: dict) -> object:
         with self._lock:
@@ -159,7 +183,9 @@ class Dispatcher:
             stance = STATE.stance if would_compile else Stance.DEFAULT
             wanted = wanted or stance is Stance.FAIL_ON_RECOMPILE
             reason = (
-                self._entries[0].failure(f_locals) if wanted and self._entries else None
+                self._most_general().failure(f_locals)
+                if wanted and self._entries
+                else None
             )
             if stance is Stance.FAIL_ON_RECOMPILE:
                 raise RecompileError(
@@ -183,10 +209,15 @@ class Dispatcher:
                 self.counters.eager_calls += 1
             else:
                 self.counters.compiles += 1
-                self._entries = (entry, *self._entries)
+                self._entries = _first_of_its_group(entry, self._entries)
         if entry is None:
             return (self._fallback or self.fn)(*args, **kwargs)
         return entry.run(*args, **kwargs)
+
+    def _most_general(self) -> Entry:
+        """The entry whose failing guard says most about a miss: the latest
+        symbolic one, else the latest hit."""
+        return next((e for e in self._entries if _symbolic(e)), self._entries[0])
 
     def _where(self) -> str:
         code = self.fn.__code__

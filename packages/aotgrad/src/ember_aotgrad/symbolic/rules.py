@@ -154,9 +154,35 @@ shape_rule(
     aten.scatter.value,
     aten.scatter_add.default,
     aten.index_put.default,
+    aten.index_fill.int_Scalar,
+    aten.index_fill.int_Tensor,
     aten.lift_fresh_copy.default,
     aten.roll.default,
 )(_like_first)
+
+
+@shape_rule(aten.index_copy.default)
+def _index_copy(env: ShapeEnv, x, dim, index, source) -> Layout:
+    """``x.index_copy(dim, index, source)``: ``x``'s sizes; ``source`` has one
+    slice per index (a 0-d or 1-d index) and ``x``'s other sizes, as eager
+    checks."""
+    sizes, written = shape(x), shape(source)
+    if len(written) != len(sizes) or index.dim() > 1:
+        raise NoShapeRule("index_copy with another rank or a multi-dim index")
+    d = _dim(dim, len(sizes))
+    count = shape(index)[0] if index.dim() else sympy.Integer(1)
+    require_equal(env, written[d], count, "index_copy's source and index")
+    for k, (a, b) in enumerate(zip(sizes, written)):
+        if k != d:
+            require_equal(env, a, b, "index_copy's source and destination")
+    return Layout(sizes)
+
+
+@shape_rule(aten.index_copy_.default)
+def _index_copy_(env: ShapeEnv, x, dim, index, source) -> Layout:
+    """In place (a static KV cache's write): the result is ``x``."""
+    _index_copy(env, x, dim, index, source)
+    return _in_place(env, x)
 
 
 @shape_rule(aten.glu_backward.default, aten.adaptive_max_pool2d_backward.default)

@@ -92,7 +92,8 @@ def _attr(tx: Interpreter, obj: Value, name: str) -> Value:
         fget = ObjectValue(cls_attr.fget, class_attr_source(obj, name, "fget"))
         return tx.inline(fget, [obj], {})
     if name in getattr(instance, "__dict__", {}):
-        return tx.output.wrap(instance.__dict__[name], source)
+        plain = not isinstance(instance, torch.nn.Module)
+        return tx.output.wrap(instance.__dict__[name], source, object_attr=plain)
     class_source = class_attr_source(obj, name)
     if cls_attr is getattr(torch.nn.Module, name, None) and (
         (ModuleValue, name) in builtin_calls.METHOD_HANDLERS
