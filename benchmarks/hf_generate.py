@@ -47,9 +47,13 @@ def build(family: str) -> torch.nn.Module | None:
         transformers.AutoModelForSeq2SeqLM,
     ):
         try:
-            return auto.from_config(cfg).eval()
+            model = auto.from_config(cfg).eval()
         except ValueError:
             continue
+        start = model.generation_config
+        if cfg.is_encoder_decoder and start.decoder_start_token_id is None:
+            start.decoder_start_token_id = cfg.pad_token_id or 0  # (T5's own rule)
+        return model
     return None
 
 

@@ -414,7 +414,10 @@ def test_a_shape_compared_with_a_tuple_keeps_its_sizes_symbolic():
 
     def nested(x, names):  # nested sequences, and lists that hold no size
         same = [x.shape[0], (1, 2)] == [x.shape[0], (1, 2)]
-        return x + 1 if same and names != None else x  # noqa: E711
+        # a fixed size against a symbolic one (xglm checks a mask of fixed
+        # sizes against (bsz, 1, tgt_len, src_len))
+        fits = torch.zeros(2, 3).shape != (4, x.shape[0])
+        return x + 1 if same and fits and names != None else x  # noqa: E711
 
     compiled = ember.compile(nested, dynamic=True)
     for n in (3, 5):
@@ -573,3 +576,27 @@ def test_a_size_compiled_first_is_served_by_its_own_entry(monkeypatch):
             torch.testing.assert_close(compiled(x), model(x))
     assert _compiles_of_module(compiled) == 2
     assert compiles[0] == 2  # sizes 5 and 6, each once
+
+
+def test_a_static_cache_after_a_dynamic_one_keeps_its_counts_symbolic():
+    """The dims a dynamic cache made symbolic are remembered for the forward
+    (one function for both); under a static cache its writes (``copy_``,
+    ``index_copy_``) then run on symbolic sizes and need shape rules, or the
+    policy fixes every size and each token's count compiles anew, until the
+    recompile limit."""
+    torch.manual_seed(0)
+    model = _sliding_mistral().eval()
+    ids = torch.randint(3, 256, (2, 7))
+    kwargs = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    forward = model.forward
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for cache in ("dynamic", "static"):
+            if cache == "static":
+                kwargs["cache_implementation"] = cache
+            model.forward = forward
+            want = model.generate(ids, **kwargs)
+            model.forward = compiled = ember.compile(forward)
+            assert torch.equal(model.generate(ids, **kwargs), want)
+    assert _compiles(compiled) <= 3
+    assert not any("stays fixed: 'copy_'" in r for r in compiled.log.dynamic_reasons)

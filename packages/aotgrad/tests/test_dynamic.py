@@ -103,12 +103,12 @@ def test_a_slice_past_a_constant_guards_the_relation():
 
 def test_an_op_without_a_shape_rule_specializes_and_says_why():
     def fn(x):
-        return (torch.flip(x, [1]) + 1,)
+        return (torch.cdist(x, x) + 1,)
 
     compiled = aot_compile(
         graph_of(fn, 1), [torch.randn(2, 7)], Counting(), dynamic_dims={0: [1]}
     )
-    assert "aten.flip" in compiled.specialized
+    assert "cdist" in compiled.specialized
     # the graph is for size 7 only; other sizes run the torch-level graph
     (pinned,) = compiled.dynamic.guards
     assert str(pinned) == "Eq(s0, 7)"
@@ -172,6 +172,9 @@ def test_an_in_place_op_on_a_split_view_keeps_the_views_strides():
         lambda x: ((x * 2).masked_fill_(x > 0, -1.0) + 1,),
         lambda x: ((x * 2).index_copy_(1, torch.tensor([3, 0]), x[:, 1:3] + 1),),
         lambda x: (x.index_copy(0, torch.tensor(1), x[:1] * 3) * 2,),
+        lambda x: ((x * 2).copy_(x[:1].exp()) + x,),
+        lambda x: ((x * 2).scatter_(1, torch.zeros_like(x, dtype=torch.long), x) + 1,),
+        lambda x: ((x * 1).tril_() + (x * 1).zero_() + x,),
     ],
     ids=[
         "roll",
@@ -180,12 +183,16 @@ def test_an_in_place_op_on_a_split_view_keeps_the_views_strides():
         "masked_fill_",
         "index_copy_",
         "index_copy",
+        "copy_",
+        "scatter_",
+        "tril_ zero_",
     ],
 )
 def test_rules_of_ops_a_user_found_specializing(fn):
     """roll, glu, adaptive max pooling, an in-place masked_fill (xglm's
-    attention mask) and index_copy (a static KV cache's write) keep their
-    sizes symbolic, forward and backward."""
+    attention mask), index_copy and copy_ (a static KV cache's writes), and
+    in-place ops by their functional twin's rule keep their sizes symbolic,
+    forward and backward."""
     x0 = torch.randn(3, 8, requires_grad=True)
     compiled = aot_compile(graph_of(fn, 1), [x0], Counting(), dynamic_dims={0: [0, 1]})
     assert compiled.specialized is None

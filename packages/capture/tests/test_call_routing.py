@@ -336,11 +336,11 @@ def test_a_resume_function_that_cannot_be_captured_routes_its_calls():
     (code,) = result.resume_codes
     resume = types.FunctionType(code, globals(), code.co_name)
     with pytest.raises(CaptureError, match="print"):
-        capture(resume, None, fresh(3), fresh(3))
+        capture(resume, fresh(3), fresh(3), None)  # locals, then the stack
     hook = Recorder()
     routed = route_calls(resume, hook)
     x, y = fresh(3), fresh(3)
-    torch.testing.assert_close(routed(None, x, y), helper(y))
+    torch.testing.assert_close(routed(x, y, None), helper(y))
     assert hook.names == ["helper"]
     check_code(routed.__code__)
 

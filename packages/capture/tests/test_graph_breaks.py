@@ -151,6 +151,33 @@ def test_branch_on_data_runs_both_sides_on_one_compiled_object():
     assert runtime.captures == 3
 
 
+class _Doubled(torch.nn.Embedding):
+    def forward(self, ids):
+        return super().forward(ids) * 2
+
+
+class _Positions(_Doubled):
+    """transformers' RoFormerSinusoidalPositionalEmbedding, with a break
+    before its zero-argument ``super()``."""
+
+    def forward(self, length, start=0):
+        ids = torch.arange(start, start + length, device=self.weight.device)
+        print("a break")
+        return super().forward(ids)
+
+
+def test_zero_argument_super_works_after_a_break():
+    """The resume function keeps the instance as its local 0, where
+    ``super()`` looks for it (it took the stack values first, and raised
+    ``super(): __class__ cell not found``)."""
+    runtime = Runtime()
+    module = _Positions(16, 4)
+    compiled = runtime.compile(module.forward)
+    for start in (0, 3):
+        torch.testing.assert_close(compiled(5, start), module(5, start))
+    assert runtime.captures >= 2
+
+
 def test_item_values_that_change_reuse_the_resume_function():
     def fn(x, y):
         k = x.sum().item()

@@ -116,7 +116,7 @@ def finish_at_break(
     for i, (offset, stack, indent) in enumerate(resumes):
         kinds = [kind for kind, _ in stack]
         codes.append(make_resume_code(code, offset, kinds, list(live), point.lineno))
-        args = ", ".join([e for _, e in stack if e is not None] + locals_)
+        args = ", ".join(locals_ + [e for _, e in stack if e is not None])
         emitter.body.append(f"{indent}return {RESUME_CELL}{i}({args})")
     return emitter.result(tuple(codes), error)
 

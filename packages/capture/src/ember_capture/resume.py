@@ -116,8 +116,10 @@ def make_resume_code(
 ) -> types.CodeType:
     """A code object that continues ``code`` at the instruction at ``offset``.
 
-    Its arguments are one fresh ``___stack{i}`` name per non-NULL stack entry
-    (bottom first), then ``live_locals``; cell variables among them become cells.
+    Its arguments are ``live_locals``, then one fresh ``___stack{i}`` name per
+    non-NULL stack entry (bottom first); cell variables among them become
+    cells. The locals come first so that the original's first argument stays
+    local 0, which a zero-argument ``super()`` reads as its instance.
     """
     bc = Bytecode.from_code(code)
     _restore_handler_depths(bc, code)
@@ -156,7 +158,7 @@ def make_resume_code(
     resume = Bytecode(prologue + body)
     for attr in ("filename", "first_lineno", "flags", "cellvars", "freevars"):
         setattr(resume, attr, getattr(bc, attr))
-    resume.argnames = [*stack_args, *live_locals]
+    resume.argnames = [*live_locals, *stack_args]
     resume.argcount = len(resume.argnames)
     resume.posonlyargcount = 0
     resume.kwonlyargcount = 0

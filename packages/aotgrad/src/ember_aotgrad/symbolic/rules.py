@@ -54,7 +54,29 @@ def rule_for(func: torch._ops.OpOverload) -> Rule:
         return rule
     if torch.Tag.pointwise in func.tags:
         return _in_place if func._schema.is_mutable else _pointwise
+    functional = _functional_rule(func)
+    if functional is not None:
+        return functional
     raise NoShapeRule(f"no symbolic shape rule for {func}")
+
+
+def _functional_rule(func: torch._ops.OpOverload) -> Rule | None:
+    """``x.scatter_(...)``: the rule of ``scatter`` (its checks), and the
+    result is ``x`` itself; None when the op is not such a twin."""
+    name = func.overloadpacket.__name__
+    if not (func._schema.is_mutable and name.endswith("_")):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    twin = getattr(packet, func._overloadname, None) if packet else None
+    rule = RULES.get(twin)
+    if rule is None:
+        return None
+
+    def in_place(env: ShapeEnv, x, *args, **kwargs) -> Layout:
+        rule(env, x, *args, **kwargs)
+        return _in_place(env, x)
+
+    return in_place
 
 
 # -- helpers -------------------------------------------------------------------------
@@ -115,6 +137,27 @@ def _in_place(env: ShapeEnv, x, *args, **kwargs) -> Layout:
     return Layout(shape(x), strides(x))
 
 
+@shape_rule(
+    aten.normal_.default,
+    aten.uniform_.default,
+    aten.exponential_.default,
+    aten.bernoulli_.float,
+)
+def _drawn_in_place(env: ShapeEnv, x, *args, **kwargs) -> Layout:
+    """Random values drawn into ``x``: its sizes whatever they are."""
+    return _in_place(env, x)
+
+
+@shape_rule(aten.copy.default)
+def _copy(env: ShapeEnv, x, src, non_blocking=False) -> Layout:
+    """``x`` with ``src``'s values: ``src`` broadcasts to ``x``'s sizes (a
+    static cache's ``keys.copy_(new)``), as eager checks."""
+    sizes = shape(x)
+    if len(shape(src)) > len(sizes) or broadcast(env, sizes, shape(src)) != sizes:
+        raise NoShapeRule("copy of a source that does not broadcast to the destination")
+    return Layout(sizes)
+
+
 @shape_rule(aten.masked_fill_.Scalar, aten.masked_fill_.Tensor)
 def _masked_fill_(env: ShapeEnv, x, mask, value) -> Layout:
     """``x.masked_fill_(mask, v)`` (an attention mask built in place): the
@@ -147,7 +190,8 @@ shape_rule(
     aten.cumsum.default,
     aten.tril.default,
     aten.triu.default,
-    aten.copy.default,
+    aten.zero.default,
+    aten.flip.default,
     aten.fill.Scalar,
     aten.fill.Tensor,
     aten.scatter.src,

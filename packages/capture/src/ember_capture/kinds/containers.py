@@ -351,6 +351,7 @@ def _equal(tx, a: Value, b: Value) -> bool:
     state): item by item, each size relation decided or guarded, never the
     sizes pinned to their values."""
     sequences = (TupleValue, ListValue)
+    a, b = _as_sequence(a), _as_sequence(b)
     if not (isinstance(a, sequences) and isinstance(b, sequences)):
         raise tx.unsupported(f"{describe_value(a)} == {describe_value(b)}")
     if isinstance(a, ListValue) != isinstance(b, ListValue):
@@ -369,6 +370,18 @@ def _equal(tx, a: Value, b: Value) -> bool:
         if not same:
             return False
     return True
+
+
+def _as_sequence(v: Value) -> Value:
+    """A constant tuple, torch.Size or list (a mask's fixed ``size()``,
+    compared with a tuple holding a symbolic length) as a sequence of
+    constants."""
+    if isinstance(v, ConstValue) and isinstance(v.value, (tuple, list)):
+        items = [ConstValue(i) for i in v.value]
+        return (
+            ListValue(items) if isinstance(v.value, list) else TupleValue(tuple(items))
+        )
+    return v
 
 
 # == and != of sequences holding symbolic sizes (others fold as constants).
