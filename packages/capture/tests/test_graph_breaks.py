@@ -178,6 +178,31 @@ def test_zero_argument_super_works_after_a_break():
     assert runtime.captures >= 2
 
 
+class _Holder:
+    def __init__(self):
+        self.buf = torch.zeros(3)
+
+
+def _swap(holder):
+    holder.buf = torch.ones(3)
+    print("a break inside")
+
+
+def test_the_resume_function_gets_what_the_frame_read_before_the_break():
+    """An attribute read before the call a graph broke at is passed on as read
+    then, though the call changed it (it was read again after the call)."""
+
+    def fn(x, holder):
+        kept = holder.buf
+        y = x * 2
+        _swap(holder)
+        return kept + y
+
+    compiled = Runtime().compile(fn)
+    x = torch.arange(3.0)
+    torch.testing.assert_close(compiled(x, _Holder()), fn(x, _Holder()))
+
+
 def test_item_values_that_change_reuse_the_resume_function():
     def fn(x, y):
         k = x.sum().item()

@@ -30,6 +30,7 @@ from .source import (
     GLOBALS_CELL,
     MODULES_CELL,
     FloatTensorSource,
+    LocalSource,
     Source,
 )
 from .variables import DictValue, ListValue, ObjectKey, Value
@@ -116,8 +117,8 @@ class Emitter:
     def replay(self, effects: list[SideEffect]) -> None:
         """Statements that redo capture's recorded writes, in order. Every value
         rebuilt from here on is read as the function first saw it."""
-        if effects and self._snapshot_at is None:
-            self._snapshot_at = len(self.body)
+        if effects:
+            self.freeze_reads()
         for effect in effects:
             if isinstance(effect, AttrWrite):
                 target = self.expr(effect.target)
@@ -184,13 +185,21 @@ class Emitter:
                 self.body.append(f"{assign}({name}, {attr!r}, {self.expr(value)})")
         return name
 
+    def freeze_reads(self) -> None:
+        """Every frame source read from here on is read as it is now, before
+        what the body does next (a replay's writes, the call a graph broke
+        at: it may change an attribute the resume function is passed)."""
+        if self._snapshot_at is None:
+            self._snapshot_at = len(self.body)
+
     def read(self, source: Source) -> str:
-        """Python that reads ``source`` as it was before the replay's writes."""
+        """Python that reads ``source`` as it was before the replay's writes
+        (or the break's call, after ``freeze_reads``)."""
         code = source.code()
         if MODULES_CELL in code:
             self.cells[MODULES_CELL] = sys.modules
-        if self._snapshot_at is None:
-            return code
+        if self._snapshot_at is None or type(source) is LocalSource:
+            return code  # (nothing the body runs rebinds the frame's locals)
         if code not in self._snapshots:
             name = f"__ember_pre{len(self._snapshots)}"
             self.body.insert(self._snapshot_at, f"{name} = {code}")

@@ -102,6 +102,7 @@ def finish_at_break(
     emitter = Emitter(fn, output)
     written = written_values(output.side_effects)
     emitter.call_graph([*point.stack, *live.values(), *written])
+    emitter.freeze_reads()  # the break's call may change what the resume is passed
     try:
         emitter.replay(output.side_effects)
         emitter.set_grad_mode(point.grad_enabled)

@@ -11,6 +11,7 @@ import builtins
 import collections
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import operator
 import os
@@ -33,6 +34,7 @@ from .guards import (
     GuardSet,
     SizeRelation,
 )
+from .kinds.model_output import is_model_output
 from .scalar_operands import rewrite_number_operands
 from .shapes import DynamicDims, MetaMode, SpecializeShapes, SymbolicShapes
 from .side_effects import (
@@ -67,6 +69,7 @@ from .variables import (
     FloatExprValue,
     FloatInputValue,
     ListValue,
+    ModelOutputValue,
     ModuleValue,
     NamedTupleValue,
     ObjectKey,
@@ -230,6 +233,16 @@ class OutputGraph:
             if type(value) is tuple:
                 return TupleValue(tuple(items), source)
             return NamedTupleValue(type(value), tuple(items), source)
+        if is_model_output(type(value)):
+            # transformers' output passed in (an encoder's, to the decoder):
+            # its fields, each read and guarded; the object itself when it
+            # escapes. Capture never writes to it (that breaks instead).
+            self.guards.add(Guard(GuardKind.TYPE_MATCH, source, type(value)))
+            fields = {
+                f.name: self.wrap(getattr(value, f.name), AttrSource(source, f.name))
+                for f in dataclasses.fields(value)
+            }
+            return ModelOutputValue(type(value), fields, source)
         if type(value) is dict and "__builtins__" in value:
             # A namespace (a module's __dict__, vars(module)): capture tracks
             # its writes by name, as globals, not as a dict's items.
@@ -386,8 +399,9 @@ class OutputGraph:
         return symbolic, tuple(names.items())
 
     def _int_input(self, value: int, source: Source) -> SymIntValue:
-        """An integer argument whose value is a symbol: a graph input (one per
-        source: a read after a write gets the written value instead)."""
+        """An integer argument whose value is a symbol: a graph input, one per
+        source (a read of an attribute after capture saw it written gets the
+        written value, from ``attr_writes``, and never reaches here)."""
         known = self._ints_by_source.get(source)
         if known is not None:
             return known
@@ -796,9 +810,7 @@ def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
     if isinstance(v, SliceValue):
         return slice(*(_plain(p, tensor_leaf) for p in (v.start, v.stop, v.step)))
     if isinstance(v, (ConstValue, ObjectValue)):
-        v = v.value
-    if isinstance(v, type) and v in _PYTHON_DTYPES:
-        return _PYTHON_DTYPES[v]  # as torch reads it (a graph cannot print a type)
+        return _dtype_of_type(v.value)
     if isinstance(v, (TupleValue, ListValue, tuple, list)):
         items = v.items if isinstance(v, (TupleValue, ListValue)) else v
         plain = [_plain(i, tensor_leaf) for i in items]
@@ -807,7 +819,15 @@ def _plain(v: object, tensor_leaf: Callable[[TensorValue], object]) -> object:
         return {k: _plain(i, tensor_leaf) for k, i in v.items()}
     if isinstance(v, Value):
         raise TypeError(f"passing a {type(v).__name__} to a tensor op")
-    return v  # a plain Python constant the interpreter passed itself
+    return _dtype_of_type(v)  # a plain Python constant the interpreter passed itself
+
+
+def _dtype_of_type(value: object) -> object:
+    """``int`` as a dtype (``dtype=int``, ``.to(float)``) is the dtype torch's
+    argument parser reads (a graph cannot print a type); anything else as is."""
+    if isinstance(value, type) and value in _PYTHON_DTYPES:
+        return _PYTHON_DTYPES[value]
+    return value
 
 
 # ``dtype=int`` and ``.to(float)``: the dtype torch's argument parser reads.

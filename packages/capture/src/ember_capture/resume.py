@@ -1,10 +1,10 @@
 """Resume functions: the rest of a function after a graph break, as a code object.
 
 A resume function is the user's own bytecode with a short prologue: it takes the
-live value stack and the live locals as arguments, pushes the stack back (a NULL as
-PUSH_NULL), and jumps to the instruction after the break. Everything else (cells,
-free variables, exception table, line numbers) is the original's, so tracebacks and
-``dis`` read like the user's code. See docs/capture.md, "Graph breaks".
+live locals and then the live value stack as arguments, pushes the stack back (a
+NULL as PUSH_NULL), and jumps to the instruction after the break. Everything else
+(cells, free variables, exception table, line numbers) is the original's, so
+tracebacks and ``dis`` read like the user's code. See docs/capture.md, "Graph breaks".
 """
 
 from __future__ import annotations

@@ -227,7 +227,8 @@ class NamedTupleValue(Value):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DataclassValue(Value):
-    """An instance of a dataclass built inside the function, field by field."""
+    """An instance of a dataclass built inside the function, field by field (or
+    a ModelOutput read from the frame: ``source``)."""
 
     cls: type
     fields: dict[str, Value]
@@ -236,8 +237,9 @@ class DataclassValue(Value):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ModelOutputValue(DataclassValue):
-    """A transformers ModelOutput built inside the function: a dataclass that is
-    also an ordered mapping of its fields that are not None."""
+    """A transformers ModelOutput built inside the function, or read from the
+    frame (``source``; never changed): a dataclass that is also an ordered
+    mapping of its fields that are not None."""
 
 
 @dataclass(slots=True, eq=False)

@@ -94,7 +94,8 @@ class DynamicPolicy:
 
     def dims(self, source: ember_capture.Source, t: torch.Tensor | int) -> list[int]:
         """The dims of the tensor read from ``source`` that are symbols; for an
-        int argument, ``[0]`` when the int is a symbol."""
+        int (an argument, or a plain object's attribute), ``[0]`` when the int
+        is a symbol."""
         name = source.name()
         if not isinstance(t, torch.Tensor):
             return self._int_dims(name, t, _is_attribute(source))
@@ -110,7 +111,8 @@ class DynamicPolicy:
         self._shapes[name] = tuple(t.shape)
         if self.mode is None:
             automatic = self._automatic_dims().setdefault(name, set())
-            if before is not None and len(before) == t.dim():
+            # (a source that held an int before is new as a tensor)
+            if isinstance(before, tuple) and len(before) == t.dim():
                 new = (
                     {d for d, (a, b) in enumerate(zip(before, t.shape)) if a != b}
                     - automatic
@@ -142,7 +144,7 @@ class DynamicPolicy:
         before = self._shapes.get(name)
         self._shapes[name] = value
         automatic = self._automatic_dims().setdefault(name, set())
-        if not automatic and before is not None and before != value:
+        if not automatic and isinstance(before, int) and before != value:
             self._note(f"{name} is dynamic: it was {before}, now {value}")
             automatic.add(_INT)
             if self._remembered is not None:

@@ -215,8 +215,8 @@ class Dispatcher:
         return entry.run(*args, **kwargs)
 
     def _most_general(self) -> Entry:
-        """The entry whose failing guard says most about a miss: the latest
-        symbolic one, else the latest hit."""
+        """The entry whose failing guard says most about a miss: the symbolic
+        one hit or added most recently, else the fixed one."""
         return next((e for e in self._entries if _symbolic(e)), self._entries[0])
 
     def _where(self) -> str:

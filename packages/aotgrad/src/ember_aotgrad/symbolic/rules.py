@@ -61,10 +61,13 @@ def rule_for(func: torch._ops.OpOverload) -> Rule:
 
 
 def _functional_rule(func: torch._ops.OpOverload) -> Rule | None:
-    """``x.scatter_(...)``: the rule of ``scatter`` (its checks), and the
-    result is ``x`` itself; None when the op is not such a twin."""
+    """``x.scatter_(...)``: the rule of ``scatter`` (the checks it makes, if
+    any), and the result is ``x`` itself; None when the op is not such a twin,
+    or changes ``x``'s own sizes (``unsqueeze_``, ``t_``)."""
     name = func.overloadpacket.__name__
     if not (func._schema.is_mutable and name.endswith("_")):
+        return None
+    if torch.Tag.inplace_view in func.tags:
         return None
     packet = getattr(torch.ops.aten, name[:-1], None)
     twin = getattr(packet, func._overloadname, None) if packet else None

@@ -294,6 +294,8 @@ def _rebuild_named(out: Emitter, v: NamedTupleValue) -> str:
 
 @rebuild.register(DataclassValue)
 def _rebuild_dataclass(out: Emitter, v: DataclassValue) -> str:
+    if v.source is not None:  # read from the frame (never changed): itself
+        return out.read(v.source)
     fields = ", ".join(f"{k}={out.expr(i)}" for k, i in v.fields.items())
     return f"{out.constant(v.cls)}({fields})"
 
@@ -359,6 +361,7 @@ def _equal(tx, a: Value, b: Value) -> bool:
     if len(a.items) != len(b.items):
         return False
     for x, y in zip(a.items, b.items):
+        x, y = _as_sequence(x), _as_sequence(y)
         if isinstance(x, SymIntValue) or isinstance(y, SymIntValue):
             same = truth(tx, tx.output.call_size_op(operator.eq, [x, y]))
         elif isinstance(x, ConstValue) and isinstance(y, ConstValue):
@@ -392,11 +395,15 @@ SIZE_COMPARISONS = {
 
 
 def holds_sizes(args) -> bool:
-    """Whether a binary operator compares sequences with a symbolic size."""
-    return len(args) == 2 and any(
-        isinstance(a, (TupleValue, ListValue))
-        and any(isinstance(i, SymIntValue) for i in a.items)
-        for a in args
+    """Whether a binary operator compares sequences with a symbolic size (in
+    them, or in a sequence they hold)."""
+    return len(args) == 2 and any(_holds_size(a) for a in args)
+
+
+def _holds_size(v: Value) -> bool:
+    """Whether the sequence ``v`` holds a symbolic size, at any depth."""
+    return isinstance(v, (TupleValue, ListValue)) and any(
+        isinstance(i, SymIntValue) or _holds_size(i) for i in v.items
     )
 
 
