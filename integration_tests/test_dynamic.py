@@ -205,16 +205,19 @@ def test_marks_and_policies():
     assert _compiles(doubled) == 1
 
 
+# A tiny decoder's sizes, under the names Llama's and Mistral's configs share.
+_TINY_DECODER = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    vocab_size=256,
+)
+
+
 def _llama():
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        vocab_size=256,
-        attention_dropout=0.0,
-    )
+    config = transformers.LlamaConfig(**_TINY_DECODER, attention_dropout=0.0)
     return transformers.LlamaForCausalLM(config)
 
 
@@ -524,15 +527,7 @@ def _count_size_compiles(monkeypatch) -> list[int]:
 
 
 def _sliding_mistral():
-    config = transformers.MistralConfig(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        vocab_size=256,
-        sliding_window=6,
-    )
+    config = transformers.MistralConfig(**_TINY_DECODER, sliding_window=6)
     return transformers.MistralForCausalLM(config)
 
 
