@@ -160,9 +160,9 @@ class OutputGraph:
         self.autocast_to_python: frozenset[int] = frozenset()
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
-        self._inputs_by_source: dict[Source, TensorValue] = {}
+        # one graph input per source: a tensor, or an int made a symbol
+        self._inputs_by_source: dict[Source, TensorValue | SymIntValue] = {}
         self._inputs_by_id: dict[int, TensorValue] = {}  # inputs stay alive: ids hold
-        self._ints_by_source: dict[Source, SymIntValue] = {}
         self._real_inputs: dict[torch.fx.Node, torch.Tensor] = {}
         self._placeholder_names: set[str] = set()
         self._float_tensors: dict[tuple[int, torch.dtype], tuple[Value, Value]] = {}
@@ -402,9 +402,8 @@ class OutputGraph:
         """An integer argument whose value is a symbol: a graph input, one per
         source (a read of an attribute after capture saw it written gets the
         written value, from ``attr_writes``, and never reaches here)."""
-        known = self._ints_by_source.get(source)
-        if known is not None:
-            return known
+        if source in self._inputs_by_source:
+            return self._inputs_by_source[source]
         if self.env is None:
             self.env = self.shapes.ShapeEnv()
         name = f"s{len(self.size_sources)}"
@@ -416,8 +415,8 @@ class OutputGraph:
         node.meta["source"] = source.name()
         self.input_sources.append(source)
         self.example_inputs.append(value)
-        self._ints_by_source[source] = SymIntValue(node, size, source)
-        return self._ints_by_source[source]
+        self._inputs_by_source[source] = SymIntValue(node, size, source)
+        return self._inputs_by_source[source]
 
     def size_guards(self) -> list[Guard]:
         """The relations between sizes that capture assumed, as guards; an

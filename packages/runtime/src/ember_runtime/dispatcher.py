@@ -75,11 +75,9 @@ class GuardedEntry:
 def _first_of_its_group(entry: Entry, others: tuple[Entry, ...]) -> tuple[Entry, ...]:
     """``others`` with ``entry`` put first among the entries as symbolic as it
     (fixed-size entries all come before symbolic ones)."""
-    at = len(others)
+    at = 0
     if _symbolic(entry):
-        at = next((i for i, e in enumerate(others) if _symbolic(e)), at)
-    else:
-        at = 0
+        at = next((i for i, e in enumerate(others) if _symbolic(e)), len(others))
     return (*others[:at], entry, *others[at:])
 
 
