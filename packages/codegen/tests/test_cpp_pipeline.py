@@ -139,6 +139,32 @@ def test_softmax_is_at_most_two_passes_over_memory_and_prefetches_the_next_row(
     assert "buf0_acc[64]" in kernel
 
 
+def rotary(q, k, freqs):
+    cos, sin = aten.cos.default(freqs), aten.sin.default(freqs)
+
+    def rotate(x):
+        turned = aten.mul.Tensor(aten.flip.default(x, [-1]), sin)
+        return aten.add.Tensor(aten.mul.Tensor(x, cos), turned)
+
+    return rotate(q), rotate(k)
+
+
+def test_a_costly_value_read_by_every_head_is_computed_once(cpp):
+    # Rotary embeddings: cos and sin of one (positions, dim) table, read by
+    # each of q's 4 heads and k's 2 in each batch row: stored once, not
+    # recomputed at each of the twelve reads per element.
+    q, k, freqs = torch.randn(2, 4, 16, 8), torch.randn(2, 2, 16, 8), torch.randn(16, 8)
+    compiled = cpp(rotary, q, k, freqs)
+    check(compiled, rotary, q, k, freqs)
+    assert compiled.cpp_source.count("ember::cos(") == 1
+    assert compiled.cpp_source.count("ember::sin(") == 1
+    # Read once per element (one head, one batch row) it stays inlined.
+    one = torch.randn(1, 1, 16, 8)
+    compiled = cpp(rotary, one, one, freqs)
+    check(compiled, rotary, one, one, freqs)
+    assert compiled.cpp_source.count("ember::cos(") == 2
+
+
 def test_full_reductions_split_across_threads_deterministically(cpp):
     def fn(x, y):
         return (aten.sum.default(x), aten.amax.default(y, [0, 1]), aten.mean.default(y))

@@ -29,6 +29,7 @@ from ..ir.nodes import (
     Node,
     Pointwise,
     Reduction,
+    ScalarOp,
     Scan,
     Scatter,
     Stage,
@@ -50,6 +51,40 @@ RECOMPUTE_LIMIT = 12
 # recomputed at every read when inlined, where no compiler can hoist it. Past
 # this many ops it is stored once instead.
 REREAD_LIMIT = 3
+
+# A pointwise value with a transcendental op that its readers read, all
+# together, at least this many times per element (a broadcast: rotary
+# embeddings' cos and sin, one per position, read by every head of q and k in
+# every layer) is stored once instead of recomputed at every read: the op
+# costs far more than a load. Below this factor (softmax's exp, read by its
+# sum and its division) recomputing stays cheaper than a store and a load.
+BROADCAST_LIMIT = 4
+
+# The scalar ops that cost tens of cycles (a polynomial or a library call).
+COSTLY_OPS = frozenset(
+    {
+        ScalarOp.EXP,
+        ScalarOp.LOG,
+        ScalarOp.SIN,
+        ScalarOp.COS,
+        ScalarOp.TAN,
+        ScalarOp.TANH,
+        ScalarOp.ERF,
+        ScalarOp.SIGMOID,
+        ScalarOp.POW,
+        ScalarOp.LOG1P,
+        ScalarOp.EXPM1,
+        ScalarOp.ASIN,
+        ScalarOp.ACOS,
+        ScalarOp.ATAN,
+        ScalarOp.ATAN2,
+        ScalarOp.SINH,
+        ScalarOp.COSH,
+        ScalarOp.ASINH,
+        ScalarOp.ACOSH,
+        ScalarOp.ATANH,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +218,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             and isinstance(by_name.get(node.expr.name), Pointwise)
         ):
             needs_tensor.add(node.expr.name)
+    element_reads = _element_reads(nodes, needs_tensor)
 
     inlined: dict[str, Pointwise] = {}
     views: dict[str, AliasView] = {}
@@ -239,7 +275,10 @@ def schedule(lowered: LoweredGraph) -> Schedule:
             views[node.name] = view
             inlined[node.name] = node
         elif as_tensor or _worth_storing(
-            node, len(users.get(node.name, ())), node.name in reread
+            node,
+            len(users.get(node.name, ())),
+            node.name in reread,
+            element_reads.get(node.name, 0),
         ):
             to_compute(node)
             realized.add(node.name)
@@ -324,11 +363,44 @@ def _users(nodes: list[Node]) -> dict[str, set[str]]:
     return users
 
 
-def _worth_storing(node: Pointwise, readers: int, reread: bool) -> bool:
+def _worth_storing(node: Pointwise, readers: int, reread: bool, reads: int) -> bool:
     """Whether computing ``node`` once into memory costs less than computing it
-    again at each of its reads (``RECOMPUTE_LIMIT``, ``REREAD_LIMIT``)."""
+    again at each of its reads (``RECOMPUTE_LIMIT``, ``REREAD_LIMIT``,
+    ``BROADCAST_LIMIT``); ``reads``: how many elements its readers read."""
     ops = _size(node.expr)
-    return (readers > 1 and ops > RECOMPUTE_LIMIT) or (reread and ops > REREAD_LIMIT)
+    return (
+        (readers > 1 and ops > RECOMPUTE_LIMIT)
+        or (reread and ops > REREAD_LIMIT)
+        or (
+            reads >= BROADCAST_LIMIT * math.prod(node.sizes)
+            and any(isinstance(x, Call) and x.op in COSTLY_OPS for x in walk(node.expr))
+        )
+    )
+
+
+def _element_reads(nodes: list[Node], realized: set[str]) -> dict[str, int]:
+    """Per pointwise node, how many of its elements are computed when it is
+    inlined: each load of it once per point of its reader's loops (a
+    reduction's load that stays put over the reduced range once per output),
+    and through a pointwise reader that is inlined in turn (not ``realized``)
+    as often as that reader is computed."""
+    found: dict[str, int] = {}
+    for node in reversed(nodes):
+        if not isinstance(node, (Pointwise, Reduction)):
+            continue
+        outer = math.prod(node.sizes)
+        if isinstance(node, Pointwise) and node.name not in realized:
+            outer = max(outer, found.get(node.name, 0))
+        reduced = (
+            [f"r{d}" for d in range(len(node.reduce_sizes))]
+            if isinstance(node, Reduction)
+            else []
+        )
+        for ld in loads(node.expr):
+            moving = reduced and any(_moves(i, reduced) for i in ld.index)
+            count = outer * math.prod(node.reduce_sizes) if moving else outer
+            found[ld.name] = found.get(ld.name, 0) + count
+    return found
 
 
 def _reread(nodes: list[Node]) -> set[str]:
