@@ -50,6 +50,37 @@ def test_one_compile_per_set_of_sizes(tmp_path):
     assert compiled.sizes == [(0, 1), (0, 0)]
 
 
+def test_a_new_size_runs_through_torch_until_its_compile_call(tmp_path):
+    """compile_after=2: a size's first call runs the symbolic graph through
+    torch, its second compiles it; the first sizes compile at once, and a
+    stored graph keeps the setting."""
+    compiles = []
+
+    def compile_one(gm, inputs):
+        compiles.append(tuple(inputs[0].shape))
+        return compile_graph(gm, inputs, cache_dir=tmp_path)
+
+    settings = {"target": "auto", "check_inputs": True, "compile_after": 2}
+    compiled = PerSizeGraph(_graph(), [torch.randn(4, 3)], compile_one, settings)
+    for shape, after in [
+        ((4, 3), [(4, 3)]),
+        ((6, 5), [(4, 3)]),  # through torch
+        ((8, 2), [(4, 3)]),
+        ((6, 5), [(4, 3), (6, 5)]),  # its second call
+        ((6, 5), [(4, 3), (6, 5)]),
+    ]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(compiled(x), _want(x))
+        assert compiles == after
+    assert list(compiled.waiting) == [(2, 8)]
+    loaded = load_per_size_graph(compiled.to_bytes(), cache_dir=tmp_path)
+    x = torch.randn(10, 7)
+    torch.testing.assert_close(loaded(x), _want(x))
+    assert list(loaded.compiled) == [(3, 4), (5, 6)]
+    loaded(x)
+    assert list(loaded.compiled) == [(3, 4), (5, 6), (7, 10)]
+
+
 def test_a_stored_per_size_graph_loads_and_compiles_new_sizes(tmp_path):
     settings = {"target": "auto", "check_inputs": True}
     first = PerSizeGraph(

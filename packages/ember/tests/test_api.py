@@ -448,6 +448,14 @@ def test_cache_dir_setting(monkeypatch, tmp_path):
     assert ember.Config.from_options().cache_dir == tmp_path / "xdg" / "ember"
 
 
+def test_compile_new_sizes_after_setting(monkeypatch):
+    assert ember.Config.from_options().compile_new_sizes_after == 2
+    monkeypatch.setenv("EMBER_COMPILE_NEW_SIZES_AFTER", "1")
+    assert ember.Config.from_options().compile_new_sizes_after == 1
+    with pytest.raises(ValueError, match="compile_new_sizes_after must be"):
+        ember.Config.from_options({"compile_new_sizes_after": 0})
+
+
 def grows_input_in_place(x):
     x.unsqueeze_(0)  # aotgrad cannot functionalize this: the graph runs as captured
     return x * 2

@@ -51,6 +51,7 @@ def compile_graph(
     templates: Templates | None = None,
     build: bool = True,
     autotune: bool = False,
+    compile_after: int = 1,
 ) -> CompiledGraph | None:
     """Compile an aten-level GraphModule (flat inputs, flat tuple output).
 
@@ -73,7 +74,10 @@ def compile_graph(
     for each new set of sizes it is called with (``specialize.PerSizeGraph``).
     ``templates`` (what that gives the compile of each size) lets sizes whose
     C++ differs only in literals share one library (render/cpp/literals.py);
-    ``build=False`` only shows it this graph's C++ and returns None.
+    ``build=False`` only shows it this graph's C++ and returns None. With
+    ``compile_after=n``, a new set of sizes compiles at its n-th call, and the
+    calls before run the graph through torch (the first sizes, those of
+    ``example_inputs``, compile at once).
 
     ``autotune=True`` (ember's ``mode="max-autotune"``): each Triton kernel's
     first launch times a few warp counts and keeps the fastest in
@@ -95,6 +99,7 @@ def compile_graph(
             "target": target,
             "check_inputs": check_inputs,
             "autotune": autotune,
+            "compile_after": compile_after,
         }
         compile_one = per_size_compiler(settings, cache_dir, signer, Templates())
         probe = functools.partial(compile_one, build=False)

@@ -157,7 +157,12 @@ class PerSizeGraph:
     inputs)`` once for sizes ``PROBE_STEP`` above the first ones (inputs of
     that shape, contiguous, uninitialized): a renderer that shares a library
     between sizes (render/cpp/literals.py) then sees two sizes before it
-    builds anything. A probe that fails is skipped."""
+    builds anything. A probe that fails is skipped.
+
+    ``settings["compile_after"]`` (default 1): a new set of sizes compiles at
+    its call number ``compile_after``; the calls before run the symbolic graph
+    through torch, which holds at every size. The first sizes (``example_inputs``)
+    compile at once."""
 
     def __init__(
         self,
@@ -172,6 +177,7 @@ class PerSizeGraph:
         self.probe = probe
         self.settings = settings or {}
         self.compiled: dict[tuple, Callable] = {}
+        self.waiting: dict[tuple, int] = {}  # calls so far, of sizes not compiled
         # What a compile depends on: the symbolic sizes (input, dim), and the
         # integer inputs. The rest of a layout is fixed by the caller's guards
         # (ember's), or follows from those sizes (tensors a compiled graph made).
@@ -224,8 +230,16 @@ class PerSizeGraph:
         return new
 
     def __call__(self, *inputs: object) -> object:
-        compiled = self.compiled.get(self._key(inputs))
+        key = self._key(inputs)
+        compiled = self.compiled.get(key)
         if compiled is None:
+            calls = self.waiting.get(key, 0) + 1
+            if calls < self.settings.get("compile_after", 1):
+                # A size called once (each length of a generate whose cache
+                # grows by a token a step) never repays a compile.
+                self.waiting[key] = calls
+                return self.gm(*inputs)
+            self.waiting.pop(key, None)
             compiled = self._compile(list(inputs))
         if self.ints:  # the specialized graph takes the tensors only
             return compiled(*tensor_inputs(inputs))

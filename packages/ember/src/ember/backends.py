@@ -162,6 +162,7 @@ def _ember(config: Config, log: CompileLog, counters: Counters) -> Backend:
                         # The guards already checked these inputs' metadata.
                         check_inputs=not guarded,
                         autotune=config.autotune,
+                        compile_after=config.compile_new_sizes_after,
                     )
             except ember_codegen.CodegenError as e:
                 message = (
@@ -254,6 +255,7 @@ class _CachedAotBackend:
             "backend": self.name,
             "codegen_target": self.config.codegen_target,
             "autotune": str(self.config.autotune),
+            "compile_new_sizes_after": str(self.config.compile_new_sizes_after),
             "guarded": str(self.guarded),
             "decompositions": ",".join(ember_aotgrad.decomposition_changes()),
         }

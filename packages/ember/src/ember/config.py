@@ -39,6 +39,10 @@ class Config:
     # Triton kernels time a few launch configurations at their first launch
     # and keep the fastest on disk (mode="max-autotune" sets it).
     autotune: bool = False
+    # A graph with symbolic sizes compiles a new set of sizes at its call
+    # number this; the calls before run the graph through torch (each length
+    # of a generate with a growing cache is called once: docs/dynamic.md).
+    compile_new_sizes_after: int = 2
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None = None) -> Config:
@@ -56,9 +60,10 @@ class Config:
                 )
             values[key] = Path(value) if key in _PATHS and value else value
         config = cls(**values)
-        limit = config.recompile_limit
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"recompile_limit must be a positive int, not {limit!r}")
+        for name in ("recompile_limit", "compile_new_sizes_after"):
+            value = getattr(config, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
         config.shared_key()  # a key that cannot be used fails here, not mid-call
         return config
 
@@ -110,4 +115,5 @@ ENVIRONMENT = {
     "cache_key": ("EMBER_CACHE_KEY", str),
     "cache_key_file": ("EMBER_CACHE_KEY_FILE", Path),
     "codegen_target": ("EMBER_CODEGEN_TARGET", str),
+    "compile_new_sizes_after": ("EMBER_COMPILE_NEW_SIZES_AFTER", int),
 }
