@@ -186,6 +186,43 @@ def test_other_guards_and_reader_errors(native):
 
 
 @pytest.mark.parametrize("native", backends())
+def test_with_first_the_tensors_are_checked_before_the_other_guards(native):
+    """With ``first`` (what the reads depend on), an entry compiled for other
+    sizes fails at its tensor check without running the (slow) other guards;
+    without it, the other guards run before anything is read."""
+    order = []
+    x = torch.randn(3)
+
+    def read(L):
+        order.append("read")
+        return (L["x"],)
+
+    def step(name, answer=True):
+        return lambda L: order.append(name) or answer
+
+    check = compile_guards(
+        GuardSpec(
+            (TensorCheck.of("L['x']", x),), read, step("other"), None, step("first")
+        ),
+        native=native,
+    )
+    assert not check.check({"x": torch.randn(4)}) and order == ["first", "read"]
+    order.clear()
+    assert check.check({"x": x}) and order == ["first", "read", "other"]
+    order.clear()
+    failing_first = GuardSpec(
+        (TensorCheck.of("L['x']", x),), read, step("other"), None, step("first", False)
+    )
+    assert not compile_guards(failing_first, native=native).check({"x": x})
+    assert order == ["first"]
+    order.clear()
+    check = compile_guards(
+        GuardSpec((TensorCheck.of("L['x']", x),), read, step("other")), native=native
+    )
+    assert check.check({"x": x}) and order == ["other", "read"]
+
+
+@pytest.mark.parametrize("native", backends())
 def test_base_exceptions_propagate(native):
     def read(L):
         raise KeyboardInterrupt

@@ -4,6 +4,7 @@ entry (saved_entries.py) keeps the same split as text and rebuilds it."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 from dataclasses import dataclass
@@ -19,28 +20,62 @@ class SplitGuards:
     body of a tuple display over ``L``, ``G``, ``C``) gives; ``rest`` checks
     every other guard (None: there is none). ``symbolic``: some guard admits
     sizes other than the call's (a symbolic size, or a relation between sizes),
-    so the dispatcher tries this entry after the ones with fixed sizes."""
+    so the dispatcher tries this entry after the ones with fixed sizes.
+    ``first`` (a fresh capture's): the guards on the objects the reads pass
+    through, which ``rest`` then leaves out; the runtime checks them, then the
+    tensors, then ``rest``. Without it (a saved entry), ``rest`` runs first."""
 
     tensors: tuple[TensorCheck, ...]
     reads: str
     rest: CompiledCheck | None  # a GuardChecker, or a saved entry's PortableCheck
     symbolic: bool = False
+    first: CompiledCheck | None = None
 
 
-def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
-    """The tensor guards with fixed sizes, and the rest compiled for the
-    captured function (tensors with symbolic sizes are checked with the
-    Python guards)."""
+def _tensor_guards(result: ember_capture.CaptureResult) -> list:
+    """The tensor guards with fixed sizes: the runtime's TensorChecks."""
     kinds = ember_capture.GuardKind
-    tensor_guards = [
+    return [
         g
         for g in result.guards
         if g.kind is kinds.TENSOR_MATCH and not g.expected.dynamic
     ]
-    rest = ember_capture.GuardSet(g for g in result.guards if g not in tensor_guards)
+
+
+def other_guards(result: ember_capture.CaptureResult) -> ember_capture.GuardSet:
+    """Every guard of ``result`` that is not a TensorCheck (a saved entry
+    keeps them as one portable check)."""
+    tensors = _tensor_guards(result)
+    return ember_capture.GuardSet(g for g in result.guards if g not in tensors)
+
+
+def _within(source: object) -> set:
+    """The sources ``source`` reads through (its children, theirs, ...)."""
+    found = set()
+    for field in dataclasses.fields(source):
+        child = getattr(source, field.name)
+        if isinstance(child, ember_capture.Source):
+            found |= {child, *_within(child)}
+    return found
+
+
+def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
+    """The tensor guards with fixed sizes, the guards on what their reads pass
+    through, and the rest, compiled for the captured function (tensors with
+    symbolic sizes are checked with the Python guards)."""
+    kinds = ember_capture.GuardKind
+    tensor_guards = _tensor_guards(result)
+    paths = set().union(*(_within(g.source) for g in tensor_guards))
+    on_paths = [
+        g for g in result.guards if g not in tensor_guards and g.source in paths
+    ]
+    rest = ember_capture.GuardSet(
+        g for g in result.guards if g not in tensor_guards and g not in on_paths
+    )
     fn = result.fn
     cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
     checker = rest.compile(fn.__globals__, cells) if len(rest) else None
+    first = ember_capture.GuardSet(on_paths).compile(fn.__globals__, cells)
     checks = tuple(
         TensorCheck(
             g.source.name(),
@@ -61,7 +96,7 @@ def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
         g.kind is kinds.SIZES or (g.kind is kinds.TENSOR_MATCH and g.expected.dynamic)
         for g in result.guards
     )
-    return SplitGuards(checks, reads, checker, symbolic)
+    return SplitGuards(checks, reads, checker, symbolic, first)
 
 
 def tensor_reader(reads: str, f_globals: dict, cells: object):
@@ -76,11 +111,13 @@ def guard_check(fn: types.FunctionType, split: SplitGuards) -> GuardCheck:
     """The runtime's fast check for a capture's guards, split by
     ``split_guards``, for the captured function ``fn``."""
     cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
-    other = split.rest
+    other, first = split.rest, split.first
     spec = GuardSpec(
         split.tensors,
         tensor_reader(split.reads, fn.__globals__, cells),
         other.check if other else None,
         other.failure if other else None,
+        first.check if first else None,
+        first.failure if first else None,
     )
     return compile_guards(spec)

@@ -45,7 +45,7 @@ from ember_runtime import (
 )
 
 from .cache import environment_text, function_key, read_stored
-from .guard_checks import SplitGuards, guard_check
+from .guard_checks import SplitGuards, guard_check, other_guards
 
 if TYPE_CHECKING:
     from ember_capture import CaptureResult
@@ -175,7 +175,11 @@ def saved_entry(
         raise NotSaved("it has a graph break")
     fn = result.fn
     try:
-        other = None if split.rest is None else split.rest.portable()
+        others = other_guards(result)
+        cells = CellView(fn.__code__.co_freevars, fn.__closure__)
+        other = (
+            others.compile(fn.__globals__, cells).portable() if len(others) else None
+        )
         tensors = tuple(
             (
                 t.name,

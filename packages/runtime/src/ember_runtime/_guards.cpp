@@ -1,8 +1,8 @@
 // ember_runtime._guards: the tensor half of a guard check, in C++.
 //
-// A Checker holds the expected metadata of each guarded tensor plus two Python
+// A Checker holds the expected metadata of each guarded tensor plus the Python
 // callables from the GuardSpec (read: locals -> tensors, other: the non-tensor
-// guards). Calling it answers exactly what ember_runtime.guards' pure-Python check
+// guards, first: those the reads depend on, or None). Calling it answers exactly what ember_runtime.guards' pure-Python check
 // answers; see docs/runtime.md. Tensor metadata is read through the Python C API
 // (no torch headers), so the package builds without torch in the build env.
 
@@ -129,8 +129,8 @@ int tensor_matches(PyObject *value, const TensorExpect &e) {
 
 class Checker {
   public:
-    Checker(py::list specs, py::object read, py::object other)
-        : read_(std::move(read)), other_(std::move(other)) {
+    Checker(py::list specs, py::object read, py::object other, py::object first)
+        : read_(std::move(read)), other_(std::move(other)), first_(std::move(first)) {
         for (py::handle item : specs) {
             py::tuple t = py::reinterpret_borrow<py::tuple>(item);
             if (t.size() != 6) throw py::value_error("a tensor spec has 6 fields");
@@ -150,18 +150,35 @@ class Checker {
         throw py::error_already_set();
     }
 
-    py::object read_, other_;
+    py::object read_, other_, first_;
     std::vector<TensorExpect> expects_;
 
   private:
+    // With first (the guards the reads depend on): first, the tensors, then
+    // other. An entry compiled for other sizes then fails at its tensors in a
+    // few microseconds, before other (hundreds of microseconds of Python on a
+    // transformers model) runs. Without it, other before the reads.
     int run(PyObject *f_locals) const {
-        if (!other_.is_none()) {
-            PyObject *r = PyObject_CallOneArg(other_.ptr(), f_locals);
-            if (r == nullptr) return -1;
-            int truth = PyObject_IsTrue(r);
-            Py_DECREF(r);
-            if (truth != 1) return truth;
+        if (first_.is_none()) {
+            int ok = holds(other_, f_locals);
+            return ok == 1 ? tensors_match(f_locals) : ok;
         }
+        int ok = holds(first_, f_locals);
+        if (ok == 1) ok = tensors_match(f_locals);
+        if (ok == 1) ok = holds(other_, f_locals);
+        return ok;
+    }
+
+    static int holds(const py::object &check, PyObject *f_locals) {
+        if (check.is_none()) return 1;
+        PyObject *r = PyObject_CallOneArg(check.ptr(), f_locals);
+        if (r == nullptr) return -1;
+        int truth = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return truth;
+    }
+
+    int tensors_match(PyObject *f_locals) const {
         PyObject *values = PyObject_CallOneArg(read_.ptr(), f_locals);
         if (values == nullptr) return -1;
         PyObject *seq = PySequence_Fast(values, "read() must return an iterable");
@@ -187,6 +204,7 @@ int traverse(PyObject *self_base, visitproc visit, void *arg) {
     auto &self = py::cast<Checker &>(py::handle(self_base));
     Py_VISIT(self.read_.ptr());
     Py_VISIT(self.other_.ptr());
+    Py_VISIT(self.first_.ptr());
     return 0;
 }
 
@@ -195,6 +213,7 @@ int clear(PyObject *self_base) {
         auto &self = py::cast<Checker &>(py::handle(self_base));
         self.read_ = py::none();
         self.other_ = py::none();
+        self.first_ = py::none();
         self.expects_.clear();
     }
     return 0;
@@ -204,7 +223,7 @@ int clear(PyObject *self_base) {
 
 PYBIND11_MODULE(_guards, m) {
     m.doc() = "C++ tensor guard checks for ember_runtime.guards";
-    // read_ and other_ may close over the compiled function's globals, which can
+    // read_, other_ and first_ may close over the compiled function's globals, which can
     // hold the checker again: take part in garbage collection to free such cycles.
     py::class_<Checker>(m, "Checker", py::custom_type_setup([](PyHeapTypeObject *ht) {
                             auto *type = &ht->ht_type;
@@ -212,6 +231,6 @@ PYBIND11_MODULE(_guards, m) {
                             type->tp_traverse = traverse;
                             type->tp_clear = clear;
                         }))
-        .def(py::init<py::list, py::object, py::object>())
+        .def(py::init<py::list, py::object, py::object, py::object>())
         .def("check", &Checker::operator());
 }

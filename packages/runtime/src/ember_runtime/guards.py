@@ -83,21 +83,27 @@ class GuardSpec:
     ``read(f_locals)`` returns the guarded tensors, in the order of ``tensors``.
     ``other(f_locals)`` is every guard that is not a tensor check (None: none);
     ``other_failure(f_locals)`` names its first failing guard in words. Any
-    Exception raised by ``read`` or ``other`` means the guards do not hold.
+    Exception raised by ``read``, ``other`` or ``first`` means the guards do
+    not hold. ``first(f_locals)``, when given, checks what the reads depend on
+    (the types along each read's path), and the order is then ``first``, the
+    tensors, ``other``; without it, ``other`` runs before the reads
+    (docs/runtime.md). ``first_failure`` names its failing guard.
     """
 
     tensors: tuple[TensorCheck, ...]
     read: Callable[[dict], Iterable[object]]
     other: Callable[[dict], object] | None = None
     other_failure: Callable[[dict], str | None] | None = None
+    first: Callable[[dict], object] | None = None
+    first_failure: Callable[[dict], str | None] | None = None
 
 
 class GuardCheck:
     """A compiled GuardSpec: ``check`` is the hot path, ``failure`` the slow one.
 
-    ``check(f_locals) -> bool`` holds when ``other`` is truthy and ``read`` yields
-    exactly one matching value per TensorCheck. ``native`` says whether the tensor
-    checks run in C++.
+    ``check(f_locals) -> bool`` holds when ``first`` and ``other`` are truthy
+    and ``read`` yields exactly one matching value per TensorCheck. ``native``
+    says whether the tensor checks run in C++.
     """
 
     __slots__ = ("check", "native", "spec")
@@ -119,15 +125,20 @@ class GuardCheck:
     def failure(self, f_locals: dict) -> str | None:
         """The first failing guard with its old and new value; None if all hold."""
         spec = self.spec
-        if spec.other is not None:
+        for check, named_by in (
+            (spec.first, spec.first_failure),
+            (spec.other, spec.other_failure),
+        ):
+            if check is None:
+                continue
             try:
-                ok = spec.other(f_locals)
+                ok = check(f_locals)
             except Exception as e:
                 ok, error = False, e
             else:
                 error = None
             if not ok:
-                named = spec.other_failure(f_locals) if spec.other_failure else None
+                named = named_by(f_locals) if named_by else None
                 if named is not None:
                     return named
                 if error is not None:
@@ -164,20 +175,28 @@ def _native_check(spec: GuardSpec) -> Callable[[dict], bool]:
         (t.type, t.dtype, t.device, t.shape, t.stride, t.requires_grad)
         for t in spec.tensors
     ]
-    return _native.Checker(rows, spec.read, spec.other).check
+    return _native.Checker(rows, spec.read, spec.other, spec.first).check
 
 
 def _python_check(spec: GuardSpec) -> Callable[[dict], bool]:
     tensors, read, other, n = spec.tensors, spec.read, spec.other, len(spec.tensors)
+    first = spec.first
+
+    def tensors_match(f_locals: dict) -> bool:
+        values = tuple(read(f_locals))
+        return len(values) == n and all(map(TensorCheck.matches, tensors, values))
 
     def check(f_locals: dict) -> bool:
         try:
-            if other is not None and not other(f_locals):
-                return False
-            values = tuple(read(f_locals))
-            if len(values) != n:
-                return False
-            return all(map(TensorCheck.matches, tensors, values))
+            if first is None:  # (the reads depend on what other checks)
+                return (other is None or bool(other(f_locals))) and tensors_match(
+                    f_locals
+                )
+            return (
+                bool(first(f_locals))
+                and tensors_match(f_locals)
+                and (other is None or bool(other(f_locals)))
+            )
         except Exception:
             return False
 
