@@ -81,6 +81,31 @@ def test_a_new_size_runs_through_torch_until_its_compile_call(tmp_path):
     assert list(loaded.compiled) == [(3, 4), (5, 6), (7, 10)]
 
 
+def test_a_size_run_through_torch_ignores_the_callers_autocast(tmp_path):
+    """The graph's dtypes are explicit: under the caller's autocast, a size
+    run through torch returns float32, as a compiled size does."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    n = g.call_function(aten.sym_size.int, (x, 0))
+    flat = g.call_function(aten.view.default, (x, [n, -1]))
+    turned = g.call_function(aten.t.default, (flat,))
+    g.output((g.call_function(aten.mm.default, (flat, turned)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    settings = {"target": "auto", "check_inputs": True, "compile_after": 2}
+    compiled = PerSizeGraph(
+        gm,
+        [torch.randn(4, 3)],
+        lambda gm, inputs: compile_graph(gm, inputs, cache_dir=tmp_path),
+        settings,
+    )
+    x = torch.randn(5, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (got,) = compiled(x)
+    assert len(compiled.compiled) == 1 and len(compiled.waiting) == 1
+    assert got.dtype is torch.float32
+    torch.testing.assert_close(got, x @ x.t())
+
+
 def test_a_stored_per_size_graph_loads_and_compiles_new_sizes(tmp_path):
     settings = {"target": "auto", "check_inputs": True}
     first = PerSizeGraph(

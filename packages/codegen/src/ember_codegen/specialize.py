@@ -145,6 +145,19 @@ def _input_index(gm: torch.fx.GraphModule, node: torch.fx.Node) -> int:
 # How far a probe's sizes are from the first compile's (``PerSizeGraph``).
 PROBE_STEP = 3
 
+# Sizes a PerSizeGraph counts calls of before they compile; past this many
+# (sizes called once, and never again), the counts start over.
+WAITING_LIMIT = 1024
+
+
+def through_torch(gm: torch.fx.GraphModule, inputs: Sequence[object]) -> object:
+    """``gm`` run by torch, op by op, as a compiled graph runs: outside the
+    caller's autocast (the graph's dtypes are explicit)."""
+    if torch._C._is_any_autocast_enabled():
+        with torch._C._DisableAutocast():
+            return gm(*inputs)
+    return gm(*inputs)
+
 
 class PerSizeGraph:
     """``compile_one(specialized_gm, inputs)`` per set of symbolic sizes (and
@@ -237,8 +250,10 @@ class PerSizeGraph:
             if calls < self.settings.get("compile_after", 1):
                 # A size called once (each length of a generate whose cache
                 # grows by a token a step) never repays a compile.
+                if len(self.waiting) >= WAITING_LIMIT:
+                    self.waiting.clear()
                 self.waiting[key] = calls
-                return self.gm(*inputs)
+                return through_torch(self.gm, inputs)
             self.waiting.pop(key, None)
             compiled = self._compile(list(inputs))
         if self.ints:  # the specialized graph takes the tensors only

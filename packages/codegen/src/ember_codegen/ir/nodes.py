@@ -135,6 +135,35 @@ class ScalarOp(enum.StrEnum):
     INDEX_CHECK = "index_check"
 
 
+# The scalar ops that cost tens of cycles (a polynomial or a library call): a
+# value computed with one is worth storing where it would be computed again
+# (scheduling/fusion.py, render/cpp/kernels.py).
+COSTLY_OPS = frozenset(
+    {
+        ScalarOp.EXP,
+        ScalarOp.LOG,
+        ScalarOp.TANH,
+        ScalarOp.ERF,
+        ScalarOp.SIN,
+        ScalarOp.COS,
+        ScalarOp.POW,
+        ScalarOp.SIGMOID,
+        ScalarOp.LOG1P,
+        ScalarOp.EXPM1,
+        ScalarOp.TAN,
+        ScalarOp.ASIN,
+        ScalarOp.ACOS,
+        ScalarOp.ATAN,
+        ScalarOp.ATAN2,
+        ScalarOp.SINH,
+        ScalarOp.COSH,
+        ScalarOp.ASINH,
+        ScalarOp.ACOSH,
+        ScalarOp.ATANH,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """The scalar op ``op`` applied to ``args``, giving ``dtype``.

@@ -19,6 +19,7 @@ from ..ir.indexing import (
     var_step,
 )
 from ..ir.nodes import (
+    COSTLY_OPS,
     Call,
     Expr,
     Extern,
@@ -29,7 +30,6 @@ from ..ir.nodes import (
     Node,
     Pointwise,
     Reduction,
-    ScalarOp,
     Scan,
     Scatter,
     Stage,
@@ -59,32 +59,6 @@ REREAD_LIMIT = 3
 # costs far more than a load. Below this factor (softmax's exp, read by its
 # sum and its division) recomputing stays cheaper than a store and a load.
 BROADCAST_LIMIT = 4
-
-# The scalar ops that cost tens of cycles (a polynomial or a library call).
-COSTLY_OPS = frozenset(
-    {
-        ScalarOp.EXP,
-        ScalarOp.LOG,
-        ScalarOp.SIN,
-        ScalarOp.COS,
-        ScalarOp.TAN,
-        ScalarOp.TANH,
-        ScalarOp.ERF,
-        ScalarOp.SIGMOID,
-        ScalarOp.POW,
-        ScalarOp.LOG1P,
-        ScalarOp.EXPM1,
-        ScalarOp.ASIN,
-        ScalarOp.ACOS,
-        ScalarOp.ATAN,
-        ScalarOp.ATAN2,
-        ScalarOp.SINH,
-        ScalarOp.COSH,
-        ScalarOp.ASINH,
-        ScalarOp.ACOSH,
-        ScalarOp.ATANH,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +346,7 @@ def _worth_storing(node: Pointwise, readers: int, reread: bool, reads: int) -> b
         (readers > 1 and ops > RECOMPUTE_LIMIT)
         or (reread and ops > REREAD_LIMIT)
         or (
-            reads >= BROADCAST_LIMIT * math.prod(node.sizes)
+            0 < math.prod(node.sizes) * BROADCAST_LIMIT <= reads
             and any(isinstance(x, Call) and x.op in COSTLY_OPS for x in walk(node.expr))
         )
     )

@@ -15,6 +15,7 @@ import torch
 from ...ir.indexing import Index, offset, render, substitute, unit_stride_dim, var
 from ...ir.nodes import (
     C_TYPES,
+    COSTLY_OPS,
     HALF_TYPES,
     Call,
     Const,
@@ -54,34 +55,6 @@ from .reduce import column_reductions, next_rows, reductions
 # Kernels with less work than this many elements run on one thread: waking the
 # OpenMP team costs more than it saves.
 PARALLEL_MIN_WORK = 32768
-
-# Ops costly enough that a value a reduction computes per element is stored
-# once (in the buffer of the pointwise stage that needs it again) and read back,
-# instead of being computed a second time: softmax's exp(x - max).
-COSTLY_OPS = frozenset(
-    [
-        "exp",
-        "log",
-        "tanh",
-        "erf",
-        "sin",
-        "cos",
-        "pow",
-        "sigmoid",
-        "log1p",
-        "expm1",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "atan2",
-        "sinh",
-        "cosh",
-        "asinh",
-        "acosh",
-        "atanh",
-    ]
-)
 
 
 def checks_indices(kernel: Kernel) -> bool:
@@ -354,7 +327,10 @@ def _store_once(kernel: Kernel, scope: Scope) -> list[Pointwise | Reduction]:
 
 
 def _costly(e: Expr) -> list[Call]:
-    """Calls to COSTLY_OPS in ``e``, outermost first."""
+    """Calls to COSTLY_OPS in ``e``, outermost first: a value a reduction
+    computes per element with one is stored once (in the buffer of the
+    pointwise stage that needs it again) and read back, instead of being
+    computed a second time (softmax's exp(x - max))."""
     return [x for x in walk(e) if isinstance(x, Call) and x.op in COSTLY_OPS]
 
 
