@@ -7,8 +7,9 @@ the default dynamic cache and with ``cache_implementation="static"`` where the
 family supports it. Per family and cache it prints whether every run's tokens
 equal eager's, the entries compiled, graph breaks, whether the recompile limit
 sent calls to eager, the first run's seconds (the compiles), the second run's
-(what it still compiles: sizes a symbolic graph had not seen), and the steady
-run against eager's. The last line counts the runs that matched with no break
+(what it still compiles: a symbolic graph compiles a new length at its second
+call, so the lengths the first run called once), and the steady run against
+eager's. The last line counts the runs that matched with no break
 and no eager fallback.
 
 Run: python benchmarks/hf_generate.py [--families llama,mistral] [--caches dynamic]
