@@ -2,8 +2,9 @@
 //
 // A Checker holds the expected metadata of each guarded tensor plus the Python
 // callables from the GuardSpec (read: locals -> tensors, other: the non-tensor
-// guards, first: those the reads depend on, or None). Calling it answers exactly what ember_runtime.guards' pure-Python check
-// answers; see docs/runtime.md. Tensor metadata is read through the Python C API
+// guards, first: those the reads depend on, or None). Calling it answers
+// exactly what ember_runtime.guards' pure-Python check answers; see
+// docs/runtime.md. Tensor metadata is read through the Python C API
 // (no torch headers), so the package builds without torch in the build env.
 
 #include <pybind11/pybind11.h>
@@ -223,8 +224,9 @@ int clear(PyObject *self_base) {
 
 PYBIND11_MODULE(_guards, m) {
     m.doc() = "C++ tensor guard checks for ember_runtime.guards";
-    // read_, other_ and first_ may close over the compiled function's globals, which can
-    // hold the checker again: take part in garbage collection to free such cycles.
+    // read_, other_ and first_ may close over the compiled function's globals,
+    // which can hold the checker again: take part in garbage collection to free
+    // such cycles.
     py::class_<Checker>(m, "Checker", py::custom_type_setup([](PyHeapTypeObject *ht) {
                             auto *type = &ht->ht_type;
                             type->tp_flags |= Py_TPFLAGS_HAVE_GC;
