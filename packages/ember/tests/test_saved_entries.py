@@ -286,6 +286,48 @@ def test_the_entry_compiled_for_these_sizes_serves_before_the_symbolic_one(
     assert any("size=[s0, 8]" in g for g in symbolic)
 
 
+class CountedConfig:
+    """A config whose attribute reads are counted (as transformers' configs
+    run Python on every read)."""
+
+    reads = 0
+
+    def __init__(self) -> None:
+        self.scale = 2.0
+
+    def __getattribute__(self, name):
+        if name == "scale":
+            type(self).reads += 1
+        return object.__getattribute__(self, name)
+
+
+class Configured(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = CountedConfig()
+
+    def forward(self, x):
+        return x.softmax(-1) * self.config.scale
+
+
+def test_a_saved_entry_with_other_sizes_fails_before_its_other_guards(tmp_path):
+    """The saved entry of 4 rows is tried first at 5 rows too (before the
+    symbolic one): its tensor check fails before the config is read, so each
+    call reads ``config.scale`` once, in the symbolic entry's guards."""
+    model = Configured()
+    first = fresh(model, tmp_path)
+    for rows in (4, 5):
+        first(torch.randn(rows, 8))
+    for compiled in (first, fresh(model, tmp_path)):
+        for rows in (4, 5):
+            compiled(torch.randn(rows, 8))
+        x = torch.randn(5, 8)
+        CountedConfig.reads = 0
+        torch.testing.assert_close(compiled(x), model(x))
+        assert CountedConfig.reads == 2  # the guard, then eager's own forward
+    assert served(compiled) == [True, True]
+
+
 def rectified(x):
     return F.relu(x - 0.5) * 2
 

@@ -21,9 +21,10 @@ class SplitGuards:
     every other guard (None: there is none). ``symbolic``: some guard admits
     sizes other than the call's (a symbolic size, or a relation between sizes),
     so the dispatcher tries this entry after the ones with fixed sizes.
-    ``first`` (a fresh capture's): the guards on the objects the reads pass
-    through, which ``rest`` then leaves out; the runtime checks them, then the
-    tensors, then ``rest``. Without it (a saved entry), ``rest`` runs first."""
+    ``first``: the guards on the objects the reads pass through, which
+    ``rest`` then leaves out; the runtime checks them, then the tensors, then
+    ``rest``. Without it (an entry saved before ``first`` was), ``rest`` holds
+    them all and runs first."""
 
     tensors: tuple[TensorCheck, ...]
     reads: str
@@ -42,11 +43,28 @@ def _tensor_guards(result: ember_capture.CaptureResult) -> list:
     ]
 
 
-def other_guards(result: ember_capture.CaptureResult) -> ember_capture.GuardSet:
-    """Every guard of ``result`` that is not a TensorCheck (a saved entry
-    keeps them as one portable check)."""
+@dataclass(frozen=True)
+class GuardParts:
+    """A capture's guards in the runtime's three parts: ``tensors`` (the tensor
+    guards with fixed sizes), ``on_paths`` (the guards on the objects their
+    reads pass through: checked before the reads) and ``rest``."""
+
+    tensors: tuple
+    on_paths: ember_capture.GuardSet
+    rest: ember_capture.GuardSet
+
+
+def guard_parts(result: ember_capture.CaptureResult) -> GuardParts:
+    """``result``'s guards split for the runtime (a saved entry keeps the same
+    parts as portable checks)."""
     tensors = _tensor_guards(result)
-    return ember_capture.GuardSet(g for g in result.guards if g not in tensors)
+    paths = set().union(*(_within(g.source) for g in tensors))
+    others = [g for g in result.guards if g not in tensors]
+    return GuardParts(
+        tuple(tensors),
+        ember_capture.GuardSet(g for g in others if g.source in paths),
+        ember_capture.GuardSet(g for g in others if g.source not in paths),
+    )
 
 
 def _within(source: object) -> set:
@@ -64,18 +82,13 @@ def split_guards(result: ember_capture.CaptureResult) -> SplitGuards:
     through, and the rest, compiled for the captured function (tensors with
     symbolic sizes are checked with the Python guards)."""
     kinds = ember_capture.GuardKind
-    tensor_guards = _tensor_guards(result)
-    paths = set().union(*(_within(g.source) for g in tensor_guards))
-    on_paths = [
-        g for g in result.guards if g not in tensor_guards and g.source in paths
-    ]
-    rest = ember_capture.GuardSet(
-        g for g in result.guards if g not in tensor_guards and g not in on_paths
-    )
+    parts = guard_parts(result)
+    tensor_guards = parts.tensors
     fn = result.fn
     cells = ember_capture.CellView(fn.__code__.co_freevars, fn.__closure__)
+    rest = parts.rest
     checker = rest.compile(fn.__globals__, cells) if len(rest) else None
-    first = ember_capture.GuardSet(on_paths).compile(fn.__globals__, cells)
+    first = parts.on_paths.compile(fn.__globals__, cells)
     checks = tuple(
         TensorCheck(
             g.source.name(),

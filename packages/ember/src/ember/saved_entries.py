@@ -45,7 +45,7 @@ from ember_runtime import (
 )
 
 from .cache import environment_text, function_key, read_stored
-from .guard_checks import SplitGuards, guard_check, other_guards
+from .guard_checks import SplitGuards, guard_check, guard_parts
 
 if TYPE_CHECKING:
     from ember_capture import CaptureResult
@@ -115,6 +115,9 @@ class SavedEntry:
     cells: dict[str, Any]  # the code's constants, encoded
     graphs: tuple[SavedGraph, ...]
     symbolic: bool = False  # SplitGuards.symbolic
+    # SplitGuards.first, checked before the reads (None: ``other`` holds
+    # every non-tensor guard and runs first, as entries saved before it do)
+    first: PortableGuards | None = None
 
     def to_json(self) -> dict:
         return {
@@ -135,11 +138,12 @@ class SavedEntry:
                 for g in self.graphs
             ],
             "symbolic": self.symbolic,
+            "first": None if self.first is None else self.first.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: dict) -> SavedEntry:
-        other = data["other"]
+        other, first = data["other"], data.get("first")
         return cls(
             tuple(tuple(t) for t in data["tensors"]),
             str(data["reads"]),
@@ -158,6 +162,7 @@ class SavedEntry:
                 for g in data["graphs"]
             ),
             bool(data.get("symbolic", False)),
+            None if first is None else PortableGuards.from_json(first),
         )
 
 
@@ -175,11 +180,11 @@ def saved_entry(
         raise NotSaved("it has a graph break")
     fn = result.fn
     try:
-        others = other_guards(result)
+        parts = guard_parts(result)
         cells = CellView(fn.__code__.co_freevars, fn.__closure__)
-        other = (
-            others.compile(fn.__globals__, cells).portable() if len(others) else None
-        )
+        rest = parts.rest
+        other = rest.compile(fn.__globals__, cells).portable() if len(rest) else None
+        first = parts.on_paths.compile(fn.__globals__, cells).portable()
         tensors = tuple(
             (
                 t.name,
@@ -213,6 +218,7 @@ def saved_entry(
         values,
         graphs,
         split.symbolic,
+        first,
     )
 
 
@@ -365,10 +371,9 @@ def _make_live(
     graphs are still in the graph cache, else None."""
     cells = CellView(fn.__code__.co_freevars, fn.__closure__)
     try:
-        other = (
-            None
-            if saved.other is None
-            else saved.other.compile(fn.__globals__, cells, f_locals)
+        other, first = (
+            None if guards is None else guards.compile(fn.__globals__, cells, f_locals)
+            for guards in (saved.other, saved.first)
         )
         tensors = tuple(
             TensorCheck(
@@ -385,7 +390,8 @@ def _make_live(
         values = {name: _decode_cell(v, fn) for name, v in saved.cells.items()}
     except LookupError:
         return None
-    guards = guard_check(fn, SplitGuards(tensors, saved.reads, other, saved.symbolic))
+    split = SplitGuards(tensors, saved.reads, other, saved.symbolic, first)
+    guards = guard_check(fn, split)
     if not guards.check(f_locals):
         return None
     graphs = []
