@@ -3,7 +3,9 @@ compiler, down to a cubin for an sm_90 GPU (H100, H200), in a process without
 TRITON_INTERPRET. What the interpreter lets pass (a loop variable whose type
 changes, a float64 value where a kernel wants float32) fails here. Each
 kernel's parameter types come from the comment the renderer writes under its
-``def`` (``# p_x: float32, p_buf0: float32``)."""
+``def`` (``# p_x: float32, p_buf0: float32``). The modules are shared among
+one process per CPU, and a kernel that several modules hold (the same source
+in the same surroundings) is compiled once."""
 
 from __future__ import annotations
 
@@ -33,21 +35,35 @@ _TYPES = re.compile(r"^\s*# (\w+: \w+(?:, \w+: \w+)*)$", re.MULTILINE)
 
 def failures(sources: list[str]) -> list[str]:
     """One line per kernel of ``sources`` (Triton modules) that does not
-    compile for the GPU, run in a new process."""
+    compile for the GPU, compiled in new processes (each has finished when
+    this returns)."""
+    jobs = max(1, min(len(os.sched_getaffinity(0)), len(sources)))
     with tempfile.TemporaryDirectory() as folder:
-        listed = Path(folder) / "sources.json"
-        listed.write_text(json.dumps(sources))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env["TRITON_CACHE_DIR"] = str(Path(folder) / "cache")
-        done = subprocess.run(
-            [sys.executable, __file__, str(listed)],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-    if done.returncode:
-        return [f"the compiling process failed:\n{done.stderr[-3000:]}"]
-    return [line for line in done.stdout.splitlines() if line]
+        running = []
+        for job in range(jobs):
+            work = Path(folder) / f"job{job}"
+            work.mkdir()
+            listed = work / "sources.json"
+            listed.write_text(json.dumps(sources[job::jobs]))
+            command = [sys.executable, __file__, str(listed)]
+            running.append(
+                subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        done = [(process, *process.communicate()) for process in running]
+    lines = []
+    for process, stdout, stderr in done:
+        if process.returncode:
+            lines.append(f"the compiling process failed:\n{stderr[-3000:]}")
+        lines += [line for line in stdout.splitlines() if line]
+    return lines
 
 
 def _compile_all(listed: Path) -> None:
@@ -57,16 +73,29 @@ def _compile_all(listed: Path) -> None:
 
     target = GPUTarget("cuda", 90, 32)
     folder = listed.parent
+    compiled = set()  # (kernel source, the module around it)
     for i, source in enumerate(json.loads(listed.read_text())):
         path = folder / f"module{i}.py"  # triton.jit reads a kernel's file
         path.write_text(source)
         spec = importlib.util.spec_from_file_location(f"module{i}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        for name, fn in vars(module).items():
-            found = _TYPES.search(getattr(fn, "src", ""))
-            if not isinstance(fn, triton.JITFunction) or found is None:
+        jitted = {
+            n: f for n, f in vars(module).items() if isinstance(f, triton.JITFunction)
+        }
+        # what a kernel may read besides itself: the module without its kernels
+        around = source
+        for fn in jitted.values():
+            if _TYPES.search(fn.src):
+                around = around.replace(fn.src, "")
+        for name, fn in jitted.items():
+            found = _TYPES.search(fn.src)
+            if found is None:
                 continue  # a helper: compiled inside the kernels calling it
+            key = (fn.src, around)
+            if key in compiled:
+                continue
+            compiled.add(key)
             signature = {
                 p: POINTERS[t]
                 for p, t in (part.split(": ") for part in found.group(1).split(", "))

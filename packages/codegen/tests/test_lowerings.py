@@ -351,7 +351,7 @@ def test_chained_reductions_over_leading_dims_run_by_columns(loops):
         half = aten.amax.default(aten.mul.Tensor(h, h), [1])
         return var, lse, values, indices, half
 
-    x = torch.randn(8, 64, 128)
+    x = torch.randn(8, 64, 16)
     x[2, 5, 7] = math.nan
     x[:, 3, 9] = math.inf
     x[4, 10, 11] = x[4, 20, 11] = 40.0  # a tie: the first wins
