@@ -80,18 +80,18 @@ def _compile_all(listed: Path) -> None:
         spec = importlib.util.spec_from_file_location(f"module{i}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        jitted = {
-            n: f for n, f in vars(module).items() if isinstance(f, triton.JITFunction)
+        # (helpers have no types comment: compiled inside the kernels calling them)
+        kernels = {
+            name: (fn, found)
+            for name, fn in vars(module).items()
+            if isinstance(fn, triton.JITFunction)
+            and (found := _TYPES.search(fn.src)) is not None
         }
         # what a kernel may read besides itself: the module without its kernels
         around = source
-        for fn in jitted.values():
-            if _TYPES.search(fn.src):
-                around = around.replace(fn.src, "")
-        for name, fn in jitted.items():
-            found = _TYPES.search(fn.src)
-            if found is None:
-                continue  # a helper: compiled inside the kernels calling it
+        for fn, _ in kernels.values():
+            around = around.replace(fn.src, "")
+        for name, (fn, found) in kernels.items():
             key = (fn.src, around)
             if key in compiled:
                 continue
