@@ -48,6 +48,8 @@ class Mode(enum.Enum):
         type(None),
         Mode.EXACT,
         len,
+        torch.ops.aten,  # an operator namespace: not in sys.modules
+        torch.ops.aten.add,  # an operator, which names a module it is not in
     ],
 )
 def test_named_objects_and_constants_come_back_as_themselves(value):
@@ -76,6 +78,9 @@ def test_a_name_missing_in_this_process_is_a_lookup_error():
         decode(["global", "torch", "no_such_function"])
     with pytest.raises(LookupError):
         decode(["module", "no_such_module_here"])
+    # an operator its library did not register in this process
+    with pytest.raises(LookupError):
+        decode(["op", "no_such_library_here", "f"])
 
 
 def helper(x):

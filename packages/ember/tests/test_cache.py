@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import ember
-from ember.cache import Uncacheable, graph_hash
+from ember.cache import Uncacheable, custom_op_text, graph_hash
 
 
 def mlp(x, w1, w2):
@@ -235,3 +235,62 @@ def test_functions_that_share_a_wrapper_are_remembered_apart(tmp_path):
     again = ember.compile(_doubled, options={"cache_dir": tmp_path})
     again(torch.randn(4))
     assert "earlier run" in again.log.dynamic_reasons[0]
+
+
+# A custom operator as transformers defines its MoE fallback: eager code the
+# compiled graph calls, a fake function for its sizes, a Python backward.
+@torch.library.custom_op("ember_cache_tests::row_scale", mutates_args=())
+def row_scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * w.sum(-1, keepdim=True)
+
+
+@row_scale.register_fake
+def _row_scale_fake(x, w):
+    return torch.empty_like(x)
+
+
+def _row_scale_backward(ctx, grad):
+    x, w = ctx.saved_tensors
+    return grad * w.sum(-1, keepdim=True), (grad * x).sum(-1, keepdim=True).expand_as(w)
+
+
+def _row_scale_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+row_scale.register_autograd(_row_scale_backward, setup_context=_row_scale_setup)
+
+
+@torch.library.custom_op("ember_cache_tests::no_fake", mutates_args=())
+def no_fake(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+def uses_row_scale(x, w):
+    return torch.relu(torch.ops.ember_cache_tests.row_scale(x.sin(), w)) * 2
+
+
+def test_a_custom_operator_is_cached_where_no_gradient_is_traced(tmp_path):
+    x, w = torch.randn(4, 3), torch.randn(4, 5, requires_grad=True)
+    with torch.no_grad():
+        assert compile_and_run(uses_row_scale, (x, w), tmp_path) == ["miss"]
+        assert compile_and_run(uses_row_scale, (x, w), tmp_path) == ["hit"]
+    # With a gradient to trace, the backward comes from the operator's Python
+    # autograd formula, which the key cannot pin down.
+    (result,) = compile_and_run(uses_row_scale, (x, w), tmp_path)
+    assert result == (
+        "not cached: the graph differentiates the custom operator "
+        "ember_cache_tests::row_scale, whose backward is Python"
+    )
+
+
+def test_the_key_of_a_custom_operator_is_its_schema_and_fake_function():
+    op = torch.ops.ember_cache_tests.row_scale
+    text = custom_op_text(op, differentiable=False)
+    assert text.startswith("ember_cache_tests::row_scale(Tensor x, Tensor w) -> Tensor")
+    assert "_row_scale_fake" in text
+    assert custom_op_text(op.default, differentiable=False) == text
+    with pytest.raises(Uncacheable, match="no plain fake function"):
+        custom_op_text(torch.ops.ember_cache_tests.no_fake, differentiable=False)
+    with pytest.raises(Uncacheable, match="defined outside torch"):
+        custom_op_text(uses_row_scale, differentiable=False)

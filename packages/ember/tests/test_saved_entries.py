@@ -207,10 +207,12 @@ class Net(torch.nn.Module):
 """
 
 
-def run_child(folder, cache_dir) -> dict:
+def run_child(folder, cache_dir, code: str | None = None) -> dict:
+    """The last line of ``code`` (default ``_CHILD``) run by a new Python."""
     env = dict(os.environ, EMBER_CACHE_DIR=str(cache_dir))
+    code = _CHILD.format(folder=str(folder)) if code is None else code
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(folder=str(folder))],
+        [sys.executable, "-c", code],
         env=env,
         capture_output=True,
         text=True,
@@ -443,3 +445,51 @@ def test_saving_or_rebuilding_never_fails_a_compile(tmp_path, monkeypatch, caplo
     compiled = fresh(rectified, tmp_path)
     torch.testing.assert_close(compiled(x), rectified(x))
     assert served(compiled) == [False]
+
+
+_OP_MODEL = """
+import torch
+
+
+@torch.library.custom_op("ember_saved_tests::shifted", mutates_args=())
+def shifted(x: torch.Tensor) -> torch.Tensor:
+    return x + {shift}
+
+
+@shifted.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def forward(x):
+    return torch.ops.ember_saved_tests.shifted(x.sin()).relu()
+"""
+
+_OP_CHILD = """
+import json, sys, torch, ember
+sys.path.insert(0, {folder!r})
+import model
+x = torch.randn(4, 6)
+with torch.no_grad():
+    out = ember.compile(model.forward)(x)
+print(json.dumps({{
+    "diff": (out - model.forward(x)).abs().max().item(),
+    "captured": "ember_capture.bytecode_interp" in sys.modules,
+}}))
+"""
+
+
+def test_an_entry_calling_a_custom_operator_serves_a_new_process(tmp_path):
+    # transformers' MoE models call torch.ops.transformers.grouped_mm_fallback
+    folder, cache = tmp_path / "code", tmp_path / "cache"
+    folder.mkdir()
+    (folder / "model.py").write_text(_OP_MODEL.format(shift=1))
+    child = _OP_CHILD.format(folder=str(folder))
+    cold = run_child(folder, cache, child)
+    assert cold["captured"] and cold["diff"] < 1e-6
+    warm = run_child(folder, cache, child)
+    assert not warm["captured"] and warm["diff"] < 1e-6
+    # the file that defines the operator's fake function changed: not served
+    (folder / "model.py").write_text(_OP_MODEL.format(shift=2))
+    edited = run_child(folder, cache, child)
+    assert edited["captured"] and edited["diff"] < 1e-6

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch._library import custom_ops
 
 from .checks import CHECK_SCOPE, CellView, CompiledCheck, GlobalState, TensorSpec
 from .float_inputs import float_tensor
@@ -153,6 +154,11 @@ def encode(value: object, read: str | None = None) -> Any:
     for name, helper in _HELPERS.items():
         if value is helper:
             return ["helper", name]
+    if kind is torch._ops._OpNamespace:  # ``torch.ops.<namespace>``
+        return ["op_namespace", value.name]
+    if kind is torch._ops.OpOverloadPacket:  # ``torch.ops.<namespace>.<op>``
+        namespace, op = value._qualified_op_name.split("::")
+        return ["op", namespace, op, operator_text(value)]
     if isinstance(value, types.ModuleType):
         name = getattr(value, "__name__", None)
         if isinstance(name, str) and sys.modules.get(name) is value:
@@ -182,6 +188,40 @@ def encode(value: object, read: str | None = None) -> Any:
     text = repr(value)
     text = text if len(text) < 80 else text[:77] + "..."
     raise NotPortable(f"{text} has no name to look it up by")
+
+
+def operator_text(op: object) -> str | None:
+    """What code compiled around the ``torch.library.custom_op`` ``op`` (an
+    operator or one of its overloads) depends on, beyond the operator's own
+    function (which runs at call time): its schema and its fake function
+    (which gave its outputs' sizes, dtypes and strides), by code and by the
+    bytes of its source file (an edit of a helper beside it changes it too).
+    None for any other operator (torch's own: the torch version pins them),
+    and for a fake function with closure cells or no source file."""
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        op = getattr(op, "default", None)
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    definition = custom_ops.OPDEFS.get(op.name())
+    fake = getattr(definition, "_abstract_fn", None)
+    if type(fake) is not types.FunctionType or fake.__closure__:
+        return None
+    source = _source_digest(fake.__code__.co_filename)
+    if source is None:
+        return None
+    code = code_fingerprint(fake.__code__)
+    return f"{op._schema}\n{fake.__module__}.{fake.__qualname__} {code} {source}"
+
+
+@functools.cache
+def _source_digest(path: str) -> str | None:
+    """SHA-256 of a source file's bytes, read once per process (as its module
+    was imported); None when there is no such file."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _what(value: object) -> str:
@@ -329,6 +369,17 @@ def decode(data: Any, read: Callable[[str], object] | None = None) -> object:
         if type(code) is not types.CodeType or code_fingerprint(code) != fingerprint:
             raise LookupError(f"the code read by {expression} is not the same")
         return code
+    if tag in ("op_namespace", "op"):
+        # torch.ops makes a namespace on first read and keeps it; an operator
+        # not registered in this process is not found
+        value = getattr(torch.ops, rest[0])
+        if tag == "op":
+            value = getattr(value, rest[1], None)
+            if type(value) is not torch._ops.OpOverloadPacket:
+                raise LookupError(f"no operator torch.ops.{rest[0]}.{rest[1]}")
+            if operator_text(value) != rest[2]:
+                raise LookupError(f"torch.ops.{rest[0]}.{rest[1]} is not what it was")
+        return value
     if tag == "module":
         if rest[0] not in sys.modules:
             raise LookupError(f"the module {rest[0]} is not imported")

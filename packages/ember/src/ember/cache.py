@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx
+from torch._library import custom_ops
 
 import ember_capture
+from ember_capture.portable import operator_text
 from ember_codegen.locations import graph_locations
 from ember_runtime import (
     ArtifactStore,
@@ -85,8 +87,11 @@ def graph_key(
 ) -> str:
     """The store key of ``gm`` compiled for ``example_inputs`` with ``options``
     (every option that changes the compiled code, named). Raises Uncacheable."""
+    differentiable = torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+    )
     return cache_key(
-        graph=graph_hash(gm),
+        graph=graph_hash(gm, differentiable),
         inputs=_inputs_text(example_inputs, gm.meta.get("dynamic_dims", {})),
         options="\n".join(f"{k}={options[k]}" for k in sorted(options)),
         environment=environment_text(),
@@ -109,16 +114,18 @@ def location_pattern(gm: torch.fx.GraphModule) -> str:
     )
 
 
-def graph_hash(gm: torch.fx.GraphModule) -> str:
-    """SHA-256 of ``gm``'s generated code and the tensors its ``get_attr`` nodes
-    read. Raises Uncacheable for what the code text does not pin down: submodule
-    calls, functions from outside torch and Python, unusual argument values."""
+def graph_hash(gm: torch.fx.GraphModule, differentiable: bool = False) -> str:
+    """SHA-256 of ``gm``'s generated code, the tensors its ``get_attr`` nodes
+    read and the custom operators it calls (``custom_op_text``; only where the
+    graph is not ``differentiable``). Raises Uncacheable for what these do not
+    pin down: submodule calls, other functions from outside torch and Python,
+    unusual argument values."""
     h = hashlib.sha256(gm.code.encode())
     for node in gm.graph.nodes:
         if node.op == "call_module":
             raise Uncacheable(f"the graph calls the submodule {node.target!r}")
         if node.op == "call_function" and not _trusted_target(node.target):
-            raise Uncacheable(f"the graph calls {node.target!r}, defined outside torch")
+            h.update(custom_op_text(node.target, differentiable).encode())
         if node.op == "get_attr":
             h.update(_constant_bytes(node.target, operator.attrgetter(node.target)(gm)))
         _check_args((node.args, node.kwargs))
@@ -147,6 +154,28 @@ def _trusted_target(target: object) -> bool:
         getattr(target, "__objclass__", None), "__module__", ""
     )
     return module.split(".")[0] in _TRUSTED_MODULES
+
+
+def custom_op_text(target: object, differentiable: bool) -> str:
+    """What a graph calling ``target`` depends on when it is a
+    ``torch.library.custom_op`` (``ember_capture.operator_text``: its schema
+    and its fake function; the operator itself runs at call time). Raises
+    Uncacheable for any other function or operator, and where the graph is
+    ``differentiable``: its backward would be traced from the operator's
+    Python autograd formula, which may call code anywhere."""
+    text = operator_text(target)
+    op = getattr(target, "default", target)  # an operator's first overload
+    name = op._schema.name if isinstance(op, torch._ops.OpOverload) else None
+    if text is None:
+        if name not in custom_ops.OPDEFS:
+            raise Uncacheable(f"the graph calls {target!r}, defined outside torch")
+        raise Uncacheable(f"the custom operator {name} has no plain fake function")
+    if differentiable:
+        raise Uncacheable(
+            f"the graph differentiates the custom operator {name}, whose "
+            "backward is Python"
+        )
+    return text
 
 
 def _check_args(value: object) -> None:
