@@ -311,7 +311,8 @@ def _heads_back_to_rows(o):
 
 def test_a_copy_viewed_flat_is_computed_in_its_own_layout(cpp):
     """The copy of a permute, viewed flat for a matmul, is computed as the copy
-    (no division or modulo in its loops) and the flat view is free."""
+    (no division or modulo in its loops) and the flat view is free: the copy's
+    buffer is made in the flat shape, and the view is never made."""
 
     def fn(a, b, w):
         return (aten.mm.default(_heads_back_to_rows(aten.bmm.default(a, b)), w),)
@@ -320,7 +321,9 @@ def test_a_copy_viewed_flat_is_computed_in_its_own_layout(cpp):
     compiled = cpp(fn, *inputs)
     check(compiled, fn, *inputs)
     assert "%" not in compiled.cpp_source.split('extern "C"', 1)[1]
-    assert re.search(r"buf\d+\.view\(\(256, 128\)\)", compiled.wrapper_source)
+    assert re.search(r"buf\d+ = empty_strided\(\(256, 128\)", compiled.wrapper_source)
+    assert re.search(r"buf\d+ = buf\d+  # made in this shape", compiled.wrapper_source)
+    assert ".view(" not in compiled.wrapper_source
 
 
 def test_a_projection_is_called_as_linear_on_the_unflattened_input(cpp):
@@ -347,7 +350,8 @@ def test_a_projection_is_called_as_linear_on_the_unflattened_input(cpp):
 
 def test_a_projection_that_is_an_output_keeps_its_rows(cpp):
     """The product returned to the caller has the mm's own shape: the linear
-    call takes the flat view, and only the weight's transpose is not made."""
+    call takes the flat rows (the kernel's buffer, made in that shape), and
+    neither the flat view nor the weight's transpose is made."""
 
     def fn(x, w):
         flat = aten.view.default(aten.mul.Tensor(x, 2.0), [16, 32])
@@ -357,8 +361,9 @@ def test_a_projection_that_is_an_output_keeps_its_rows(cpp):
     compiled = cpp(fn, x, w)
     check(compiled, fn, x, w)
     source = compiled.wrapper_source
-    assert re.search(r"linear\(buf\d+, w\)", source) and ".view((16, 32))" in source
-    assert "as_strided" not in source
+    assert re.search(r"linear\(buf\d+, w\)", source)
+    assert "empty_strided((16, 32)" in source and "made in this shape" in source
+    assert "as_strided" not in source and ".view(" not in source
 
 
 def test_a_product_another_call_reads_whole_keeps_its_rows(cpp):
@@ -773,8 +778,8 @@ def test_a_keepdim_reduction_viewed_again_is_one_kernel_and_no_copy(cpp):
 
 def test_feature_maps_flattened_for_a_linear_are_a_view_not_a_copy(cpp):
     """A CNN head, ``x.flatten(1) @ w`` on (N, C, 2, 2) maps: the flat index
-    ``(i // 4) * 4 + ((i // 2) % 2) * 2 + i % 2`` is ``i``, so the matmul takes a
-    view of the maps' buffer (it was a copy kernel)."""
+    ``(i // 4) * 4 + ((i // 2) % 2) * 2 + i % 2`` is ``i``, so the matmul takes
+    the maps' buffer (it was a copy kernel), made in the flat shape."""
 
     def head(x, shift, w):
         maps = aten.sub.Tensor(x, aten.view.default(shift, [1, 6, 1, 1]))
@@ -784,7 +789,8 @@ def test_feature_maps_flattened_for_a_linear_are_a_view_not_a_copy(cpp):
     compiled = cpp(head, x, shift, w)
     check(compiled, head, x, shift, w)
     assert [k.kind for k in compiled.kernels] == ["loop", "extern"]
-    assert ".view((3, 24))" in compiled.wrapper_source
+    assert "empty_strided((3, 24)" in compiled.wrapper_source
+    assert "made in this shape" in compiled.wrapper_source
 
 
 def test_an_epilogue_is_written_into_the_memory_it_reads_last(loops):

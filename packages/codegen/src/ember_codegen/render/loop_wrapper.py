@@ -102,6 +102,15 @@ def emit_loop_wrapper(
     tensor_needed = {
         n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)
     }
+    outputs = {n for n in lowered.outputs if n}
+    products = _product_calls(schedule, specs, outputs)
+    # (a library call that takes a view's base in its place reads the base)
+    taken = {name for form in products.values() for name in form.views}
+    made_as = (
+        _made_as_views(schedule, specs, plan, outputs, taken)
+        if launch.pointers
+        else {}
+    )
     view_bases = {s.base for s in schedule.steps if isinstance(s, AliasView)}
     tensor_needed |= view_bases
     # Kernels and strided views index these with the strides the meta kernel
@@ -119,8 +128,6 @@ def emit_loop_wrapper(
                 kernel_uses[name] = kernel_uses.get(name, 0) + 1
     pointers: set[str] = set()
     given = set(params) | set(lowered.constants.values())  # the caller's tensors
-    outputs = {n for n in lowered.outputs if n}
-    products = _product_calls(schedule, specs, outputs)
     # Names bound to a tensor unlike their spec: in another shape over the same
     # row-major memory (a product taken unflattened), or anything (``raw``: a
     # dead buffer's memory reused, where only kernels read the name).
@@ -129,7 +136,10 @@ def emit_loop_wrapper(
         for step in schedule.steps
         if id(step) in products and products[id(step)].unflattened
     }
-    raw: set[str] = set()
+    # (a buffer made in its view's shape is the view's tensor: its own name
+    # is read by kernels only, and a stage written into its memory later, or
+    # a buffer reusing it, reinterprets that memory)
+    raw: set[str] = set(made_as)
     own_tensor = tensor_needed | outputs  # names whose tensor itself is read
     # Views that only such calls took are never made.
     unused = {name for step in products.values() for name in step.views} - {
@@ -161,7 +171,11 @@ def emit_loop_wrapper(
                 alloc = plan.allocations[name]
                 if alloc.reuses is not None and name not in tensor_needed:
                     raw.add(name)
-                body += _allocate(alloc, specs[name], name in tensor_needed, device)
+                spec = specs[name]
+                if name in made_as:
+                    view = made_as[name]
+                    spec = TensorSpec(view.sizes, view.strides, spec.dtype)
+                body += _allocate(alloc, spec, name in tensor_needed, device)
             body.append(f"# {step.name}: {describe_origin(step.origin)}")
             args = []
             for name in _kernel_args(step):
@@ -200,6 +214,8 @@ def emit_loop_wrapper(
             touched = dict.fromkeys([*_refs(step), *filter(None, step.outputs)])
             moved = sum(nbytes(specs[n]) for n in touched if n in specs)
             kernels.append(KernelInfo(kind, step.name, (str(step.op),), bytes=moved))
+        elif made_as.get(step.base) is step:
+            body.append(f"{step.name} = {step.base}  # made in this shape")
         elif step.name not in unused:
             own = step.name in outputs  # (a new tensor, as eager's view is)
             body.append(f"{step.name} = {_view(step, specs[step.base], own)}")
@@ -345,6 +361,57 @@ def _flattens(view: AliasView, base: TensorSpec) -> bool:
         and view.sizes[1] == base.sizes[-1]
         and view.strides == (base.sizes[-1], 1)
     )
+
+
+def _made_as_views(
+    schedule: Schedule,
+    specs: dict[str, TensorSpec],
+    plan: MemoryPlan,
+    outputs: set[str],
+    taken: set[str],
+) -> dict[str, AliasView]:
+    """Buffers made only to be seen through one view of all their memory (a
+    kernel's result that a batched matmul reads as (B, M, K)), by name, with
+    that view: they are allocated in the view's shape and the view is never
+    made (about 2 us each; a tiny GPT-2's forward made 18 such views).
+    Kernels take such a buffer's pointer only, so its shape is theirs to
+    choose. The buffer must be new (not a dead buffer's memory), read by no
+    library call and not returned; the view must start at its memory's start,
+    cover it densely, and be neither returned nor one a library call takes
+    the base for (``taken``)."""
+    externs = {n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)}
+    views: dict[str, list[AliasView]] = {}
+    for step in schedule.steps:
+        if isinstance(step, AliasView):
+            views.setdefault(step.base, []).append(step)
+    found = {}
+    for base, (view, *more) in views.items():
+        alloc = plan.allocations.get(base)
+        spec = specs[base]
+        if (
+            not more
+            and alloc is not None
+            and alloc.reuses is None
+            and base not in externs | outputs
+            and view.name not in taken | outputs
+            and view.offset == 0
+            and math.prod(view.sizes) == math.prod(spec.sizes)
+            and _dense(view.sizes, view.strides)
+            and _dense(spec.sizes, spec.strides)
+        ):
+            found[base] = view
+    return found
+
+
+def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a layout covers exactly ``prod(sizes)`` elements from its start,
+    each once (a permutation of a row-major layout)."""
+    step = 1
+    for size, stride in sorted(zip(sizes, strides), key=lambda d: d[1]):
+        if size != 1 and stride != step:
+            return False
+        step *= size
+    return True
 
 
 def _uses(step) -> list[str]:
