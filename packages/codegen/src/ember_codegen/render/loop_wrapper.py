@@ -107,9 +107,7 @@ def emit_loop_wrapper(
     # (a library call that takes a view's base in its place reads the base)
     taken = {name for form in products.values() for name in form.views}
     made_as = (
-        _made_as_views(schedule, specs, plan, outputs, taken)
-        if launch.pointers
-        else {}
+        _made_as_views(schedule, specs, plan, outputs, taken) if launch.pointers else {}
     )
     view_bases = {s.base for s in schedule.steps if isinstance(s, AliasView)}
     tensor_needed |= view_bases
