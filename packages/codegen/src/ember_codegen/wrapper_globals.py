@@ -42,6 +42,7 @@ WRAPPER_GLOBALS: dict[str, object] = {"torch": torch, "aten": torch.ops.aten}
 # What a loop target's wrapper calls besides torch.
 WRAPPER_HELPERS = {
     "empty_strided": torch.empty_strided,
+    "as_strided": torch.as_strided,
     "reinterpret": reinterpret,
     "fix_layout": fix_layout,
     "own_storage": own_storage,

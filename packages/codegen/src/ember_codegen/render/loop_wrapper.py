@@ -307,19 +307,18 @@ def _product_calls(
 def _view(view: AliasView, base: TensorSpec, own: bool) -> str:
     """The expression making ``view``: the base itself where the view is all of
     it as it is (a weight seen as itself, as a backward's matmul takes it) and
-    need not be a tensor of its own (``own``), ``view`` where both are
-    row-major (0.9 against 1.3 us for ``as_strided``), else ``as_strided``,
-    from the base's own offset when the view starts where the base does."""
+    need not be a tensor of its own (``own``), else ``torch.as_strided``
+    (``as_strided`` in the wrapper's globals), from the base's own offset when
+    the view starts where the base does. The function form is the cheapest
+    view torch makes from Python: 1.3 us, against 1.5 for the method
+    ``t.as_strided`` and 2.1 for ``t.view`` (torch 2.13)."""
     sizes, strides = tuple(view.sizes), tuple(view.strides)
     if _whole(view, base) and not own:
         return view.base
-    whole = math.prod(sizes) == math.prod(base.sizes)
-    if view.offset == 0 and whole and _row_major(base) and strides == contiguous(sizes):
-        return f"{view.base}.view({sizes})"
     if view.offset == 0:
-        return f"{view.base}.as_strided({sizes}, {strides})"
+        return f"as_strided({view.base}, {sizes}, {strides})"
     offset = f"{view.base}.storage_offset() + {view.offset}"
-    return f"{view.base}.as_strided({sizes}, {strides}, {offset})"
+    return f"as_strided({view.base}, {sizes}, {strides}, {offset})"
 
 
 def _whole(view: AliasView, base: TensorSpec) -> bool:
@@ -448,9 +447,8 @@ def _take(
         return f"reinterpret({buf}, {spec.dtype}, {sizes}, {strides})"
     if given == spec and not reshaped:
         return buf
-    if _row_major(spec) and (reshaped or _row_major(given)):
-        return f"{buf}.view({sizes})"
-    return f"{buf}.as_strided({sizes}, {strides})"
+    # (dense memory from the buffer's own offset, as ``_view``)
+    return f"as_strided({buf}, {sizes}, {strides})"
 
 
 def _allocate(alloc, spec: TensorSpec, as_tensor: bool, device: str) -> list[str]:
