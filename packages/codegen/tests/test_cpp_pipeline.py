@@ -1009,3 +1009,26 @@ def test_a_chain_of_takes_keeps_track_of_a_tensor_that_is_not_contiguous(loops):
     compiled = loops(fn, x, a, b)
     check(compiled, fn, x, a, b, rtol=1e-4, atol=1e-3)  # (twelve sin and tanh)
     assert compiled.wrapper_source.count("# written into") == 2
+
+
+def test_a_returned_view_that_is_all_of_its_base_is_the_base(cpp):
+    """A backward's weight gradient, ``view(mm(...))`` in the mm's own shape, is
+    returned as the product itself (no view made); a view of a base that is
+    returned too stays a tensor of its own, as eager's is."""
+
+    def fn(g, x):
+        product = aten.mm.default(aten.t.default(g), x)
+        return (aten.view.default(product, [6, 5]), aten.relu.default(x))
+
+    def both(g, x):
+        product = aten.mm.default(aten.t.default(g), x)
+        return (aten.view.default(product, [6, 5]), product)
+
+    g, x = torch.randn(4, 6), torch.randn(4, 5)
+    compiled = cpp(fn, g, x)
+    check(compiled, fn, g, x)
+    assert "as_strided" not in compiled.wrapper_source.split("torch.mm", 1)[1]
+    twice = cpp(both, g, x)
+    check(twice, both, g, x)
+    view, product = twice(g, x)
+    assert view is not product and view.data_ptr() == product.data_ptr()
