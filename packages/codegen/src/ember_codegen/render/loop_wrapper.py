@@ -107,7 +107,9 @@ def emit_loop_wrapper(
     # (a library call that takes a view's base in its place reads the base)
     taken = {name for form in products.values() for name in form.views}
     made_as = (
-        _made_as_views(schedule, specs, plan, outputs, taken) if launch.pointers else {}
+        _made_as_views(schedule, specs, plan, tensor_needed | outputs, taken, outputs)
+        if launch.pointers
+        else {}
     )
     view_bases = {s.base for s in schedule.steps if isinstance(s, AliasView)}
     # (the caller's tensors: inputs and the graph's constants)
@@ -368,8 +370,9 @@ def _made_as_views(
     schedule: Schedule,
     specs: dict[str, TensorSpec],
     plan: MemoryPlan,
-    outputs: set[str],
+    read_as_tensors: set[str],
     taken: set[str],
+    outputs: set[str],
 ) -> dict[str, AliasView]:
     """Buffers made only to be seen through one view of all their memory (a
     kernel's result that a batched matmul reads as (B, M, K)), by name, with
@@ -379,21 +382,17 @@ def _made_as_views(
     choose. The buffer must be new (not a dead buffer's memory), read by no
     library call and not returned; the view must start at its memory's start,
     cover it densely, and be neither returned nor one a library call takes
-    the base for (``taken``)."""
-    externs = {n for s in schedule.steps if isinstance(s, Extern) for n in _refs(s)}
-    views: dict[str, list[AliasView]] = {}
-    for step in schedule.steps:
-        if isinstance(step, AliasView):
-            views.setdefault(step.base, []).append(step)
+    the base for (``taken``). ``read_as_tensors``: what library calls read
+    and the graph returns."""
     found = {}
-    for base, (view, *more) in views.items():
+    for base, (view, *more) in _views_by_base(schedule, lambda v: True).items():
         alloc = plan.allocations.get(base)
         spec = specs[base]
         if (
             not more
             and alloc is not None
             and alloc.reuses is None
-            and base not in externs | outputs
+            and base not in read_as_tensors
             and view.name not in taken | outputs
             and view.offset == 0
             and math.prod(view.sizes) == math.prod(spec.sizes)
@@ -416,10 +415,7 @@ def _returned_bases(
     is not returned itself and has no other view returned: such a view is
     returned as its base, the tensor itself (1.3 us less each; a tiny T5's
     backward returned 44)."""
-    returned: dict[str, list[AliasView]] = {}
-    for step in schedule.steps:
-        if isinstance(step, AliasView) and step.name in outputs:
-            returned.setdefault(step.base, []).append(step)
+    returned = _views_by_base(schedule, lambda view: view.name in outputs)
     return {
         view.name
         for base, (view, *more) in returned.items()
@@ -428,6 +424,17 @@ def _returned_bases(
         and base in specs
         and _whole(view, specs[base])
     }
+
+
+def _views_by_base(
+    schedule: Schedule, keep: Callable[[AliasView], bool]
+) -> dict[str, list[AliasView]]:
+    """The wrapper's views that ``keep`` keeps, by the name of their base."""
+    views: dict[str, list[AliasView]] = {}
+    for step in schedule.steps:
+        if isinstance(step, AliasView) and keep(step):
+            views.setdefault(step.base, []).append(step)
+    return views
 
 
 def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
